@@ -1,0 +1,88 @@
+"""The knob table: the ten knobs autotune searches, their types, bounds and defaults.
+
+This module is pure data (no Optuna, no torch) so that the study-file parser can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class KnobDef:
+    """One knob: its name, value type, whether it takes ``low``/``high`` ranges, and its default.
+
+    ``default`` is the value of the workload's default configuration (the baseline). ``None`` for
+    ``batch_size`` means "the workload's ``base_batch_size``".
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    minimum: int | None = None
+    values: tuple[Any, ...] | None = None
+
+    @property
+    def ranged(self) -> bool:
+        return self.type is int
+
+    def describe_type(self) -> str:
+        if self.values is not None:
+            return "one of " + ", ".join(_show(v) for v in self.values)
+        if self.type is int:
+            return f"an integer >= {self.minimum}"
+        return self.type.__name__
+
+    def check_value(self, value: Any) -> Any:
+        """Return ``value`` if it is a valid value of this knob, else raise ValueError with the fix."""
+        if self.type is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{_show(value)} is not an integer; give {self.describe_type()}")
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{value} is below the minimum {self.minimum}; give {self.describe_type()}")
+            return value
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{_show(value)} is not true or false; give true or false")
+            return value
+        if self.values is not None and value not in self.values:
+            raise ValueError(f"{_show(value)} is not a valid value; give {self.describe_type()}")
+        return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value) if value else "''"
+    return str(value)
+
+
+LR_SCALING_RULES = ("none", "linear", "sqrt")
+AMP_MODES = ("off", "bf16", "fp16")
+
+KNOBS: dict[str, KnobDef] = {
+    k.name: k
+    for k in (
+        KnobDef("batch_size", int, None, "per-rank micro-batch size", minimum=1),
+        KnobDef("grad_accum", int, 1, "micro-batches accumulated per optimizer step", minimum=1),
+        KnobDef(
+            "lr_scaling",
+            str,
+            "sqrt",
+            "how the learning rate follows the global batch: none, linear or sqrt",
+            values=LR_SCALING_RULES,
+        ),
+        KnobDef("num_workers", int, 0, "DataLoader worker processes per rank", minimum=0),
+        KnobDef(
+            "prefetch_factor", int, 2, "batches each DataLoader worker loads ahead (num_workers > 0)", minimum=1
+        ),
+        KnobDef("pin_memory", bool, False, "page-locked host memory for batches (CUDA only)"),
+        KnobDef("amp", str, "off", "automatic mixed precision: off, bf16 or fp16 (fp16: CUDA only)", values=AMP_MODES),
+        KnobDef("activation_checkpointing", bool, False, "recompute the workload's checkpoint_modules in backward"),
+        KnobDef("bucket_cap_mb", int, 25, "DDP gradient bucket size in MB", minimum=1),
+        KnobDef("world_size", int, 1, "data-parallel degree (number of ranks)", minimum=1),
+    )
+}

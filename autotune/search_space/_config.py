@@ -1,0 +1,130 @@
+"""TrialConfig: one point of the search space with its derived values, frozen and JSON round-tripping."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LrScaling = Literal["none", "linear", "sqrt"]
+Amp = Literal["off", "bf16", "fp16"]
+Device = Literal["cpu", "cuda"]
+
+
+def scaled_lr(base_lr: float, base_batch_size: int, global_batch: int, rule: LrScaling) -> float:
+    """``base_lr * f(global_batch / base_batch_size)`` with f = 1 (none), x (linear) or sqrt(x) (sqrt)."""
+    ratio = global_batch / base_batch_size
+    if rule == "none":
+        return base_lr
+    if rule == "linear":
+        return base_lr * ratio
+    if rule == "sqrt":
+        return base_lr * math.sqrt(ratio)
+    raise ValueError(f"unknown lr_scaling rule {rule!r}")
+
+
+class TrialConfig(BaseModel):
+    """The knobs of one trial and the values derived from them.
+
+    ``global_batch = batch_size * grad_accum * world_size`` and
+    ``lr = base_lr * f(global_batch / base_batch_size)``. Build one with :meth:`create`, which derives
+    them; the validator refuses a config whose derived values disagree with its knobs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch_size: int = Field(ge=1, description="per-rank micro-batch")
+    grad_accum: int = Field(1, ge=1)
+    lr_scaling: LrScaling = "sqrt"
+    num_workers: int = Field(0, ge=0)
+    prefetch_factor: int | None = Field(None, ge=1, description="None when num_workers == 0")
+    pin_memory: bool = False
+    amp: Amp = "off"
+    activation_checkpointing: bool = False
+    bucket_cap_mb: int = Field(25, ge=1)
+    world_size: int = Field(1, ge=1)
+    device: Device = "cpu"
+    base_lr: float = Field(gt=0)
+    base_batch_size: int = Field(ge=1)
+    global_batch: int = Field(ge=1)
+    lr: float = Field(gt=0)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        base_lr: float,
+        base_batch_size: int,
+        batch_size: int,
+        grad_accum: int = 1,
+        lr_scaling: LrScaling = "sqrt",
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        amp: Amp = "off",
+        activation_checkpointing: bool = False,
+        bucket_cap_mb: int = 25,
+        world_size: int = 1,
+        device: Device = "cpu",
+    ) -> TrialConfig:
+        if num_workers == 0:
+            prefetch_factor = None
+        elif prefetch_factor is None:
+            prefetch_factor = 2
+        global_batch = batch_size * grad_accum * world_size
+        return cls(
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            lr_scaling=lr_scaling,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            pin_memory=pin_memory,
+            amp=amp,
+            activation_checkpointing=activation_checkpointing,
+            bucket_cap_mb=bucket_cap_mb,
+            world_size=world_size,
+            device=device,
+            base_lr=base_lr,
+            base_batch_size=base_batch_size,
+            global_batch=global_batch,
+            lr=scaled_lr(base_lr, base_batch_size, global_batch, lr_scaling),
+        )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrialConfig:
+        if self.global_batch != self.batch_size * self.grad_accum * self.world_size:
+            raise ValueError("global_batch must equal batch_size * grad_accum * world_size")
+        expected = scaled_lr(self.base_lr, self.base_batch_size, self.global_batch, self.lr_scaling)
+        if not math.isclose(self.lr, expected, rel_tol=1e-9):
+            raise ValueError(f"lr {self.lr} does not follow lr_scaling {self.lr_scaling} (expected {expected})")
+        if (self.num_workers == 0) != (self.prefetch_factor is None):
+            raise ValueError("prefetch_factor is set exactly when num_workers > 0")
+        if self.device == "cpu" and (self.amp == "fp16" or self.pin_memory):
+            raise ValueError("fp16 and pin_memory need device cuda")
+        return self
+
+    def knobs(self) -> dict[str, object]:
+        """The ten knob values (no derived values), e.g. for ``--set`` or a baseline override."""
+        from autotune._knobs import KNOBS
+
+        return {name: getattr(self, name) for name in KNOBS}
+
+    def short(self) -> str:
+        """A compact one-line description for tables and logs."""
+        parts = [f"bs={self.batch_size}"]
+        if self.grad_accum != 1:
+            parts.append(f"accum={self.grad_accum}")
+        parts.append(f"ws={self.world_size}")
+        parts.append(f"workers={self.num_workers}")
+        if self.prefetch_factor is not None:
+            parts.append(f"prefetch={self.prefetch_factor}")
+        if self.amp != "off":
+            parts.append(f"amp={self.amp}")
+        if self.activation_checkpointing:
+            parts.append("ckpt")
+        if self.pin_memory:
+            parts.append("pin")
+        parts.append(f"bucket={self.bucket_cap_mb}MB")
+        parts.append(f"lr={self.lr:.3g}")
+        return " ".join(parts)

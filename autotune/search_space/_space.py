@@ -1,0 +1,193 @@
+"""SearchSpace: the study file's search_space turned into Optuna suggestions and TrialConfigs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import UsageError
+from autotune.search_space._config import TrialConfig
+from autotune._knobs import KNOBS
+from autotune.spec import Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+_CUDA_ONLY = {"amp": "fp16", "pin_memory": True}
+
+
+@dataclass
+class SearchSpace:
+    """Knob specs resolved for one device, with the workload's learning-rate reference.
+
+    Every knob has a spec here: the study file's, or its default as a :class:`Fixed`. ``notes`` says
+    what was adjusted (CUDA-only values dropped on a CPU run with ``device: auto``).
+    """
+
+    knobs: dict[str, KnobSpec]
+    base_lr: float
+    base_batch_size: int
+    device: str = "cpu"
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls, spec: SearchSpaceSpec, *, base_lr: float, base_batch_size: int, device: str = "cpu"
+    ) -> SearchSpace:
+        notes: list[str] = []
+        knobs: dict[str, KnobSpec] = {}
+        for name, knob in KNOBS.items():
+            value = getattr(spec, name)
+            if value is None:
+                default = base_batch_size if name == "batch_size" else knob.default
+                value = Fixed(value=default)
+            if device != "cuda" and name in _CUDA_ONLY:
+                value = _drop_value(name, value, _CUDA_ONLY[name], notes)
+            knobs[name] = value
+        return cls(knobs=knobs, base_lr=base_lr, base_batch_size=base_batch_size, device=device, notes=notes)
+
+    # -- which knobs are searched ---------------------------------------------------------------------
+    def searched(self) -> list[str]:
+        """Knobs with more than one possible value."""
+        return [n for n, s in self.knobs.items() if not _single(s)]
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """The Optuna distribution of every searched knob (prefetch_factor's applies when num_workers > 0)."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        out: dict[str, BaseDistribution] = {}
+        for name in self.searched():
+            spec = self.knobs[name]
+            if isinstance(spec, IntRange):
+                out[name] = IntDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
+            elif isinstance(spec, Choices):
+                out[name] = CategoricalDistribution(list(spec.choices))
+        return out
+
+    # -- making configs -------------------------------------------------------------------------------
+    def suggest(self, trial: optuna.Trial) -> TrialConfig:
+        """Ask Optuna for a value of every searched knob and return the trial's TrialConfig.
+
+        ``prefetch_factor`` is only suggested when ``num_workers > 0`` (it means nothing otherwise).
+        """
+        values: dict[str, Any] = {}
+        for name, spec in self.knobs.items():
+            if name == "prefetch_factor" and values["num_workers"] == 0:
+                values[name] = None
+                continue
+            if _single(spec):
+                values[name] = _only(spec)
+            elif isinstance(spec, IntRange):
+                values[name] = trial.suggest_int(name, spec.low, spec.high, log=spec.log, step=spec.step)
+            else:
+                assert isinstance(spec, Choices)
+                values[name] = trial.suggest_categorical(name, list(spec.choices))
+        return self.config(values)
+
+    def config(self, values: Mapping[str, Any]) -> TrialConfig:
+        """A TrialConfig from knob values; knobs not given take their single value or their default."""
+        full: dict[str, Any] = {}
+        for name, spec in self.knobs.items():
+            if name in values:
+                full[name] = values[name]
+            elif _single(spec):
+                full[name] = _only(spec)
+            else:
+                default = self.base_batch_size if name == "batch_size" else KNOBS[name].default
+                full[name] = default
+        return TrialConfig.create(
+            base_lr=self.base_lr, base_batch_size=self.base_batch_size, device=self.device, **full  # type: ignore[arg-type]
+        )
+
+    def default_config(self, overrides: Mapping[str, Any] | None = None) -> TrialConfig:
+        """The workload's default configuration (the baseline): num_workers 0, fp32, no checkpointing,
+        bucket 25 MB, base batch, one rank — whatever the search space says — then ``overrides``."""
+        values: dict[str, Any] = {
+            name: (self.base_batch_size if name == "batch_size" else knob.default) for name, knob in KNOBS.items()
+        }
+        values.update(overrides or {})
+        return self.config(values)
+
+    def params_of(self, config: TrialConfig) -> dict[str, Any]:
+        """The Optuna params a config corresponds to (for enqueue_trial); only searched knobs."""
+        params = {}
+        for name in self.searched():
+            value = getattr(config, name)
+            if name == "prefetch_factor" and value is None:
+                continue
+            params[name] = value
+        return params
+
+    def contains(self, config: TrialConfig) -> bool:
+        """Whether every knob of ``config`` lies in this space (and prefetch follows num_workers)."""
+        for name, spec in self.knobs.items():
+            value = getattr(config, name)
+            if name == "prefetch_factor" and config.num_workers == 0:
+                if value is not None:
+                    return False
+                continue
+            if not _admits(spec, value):
+                return False
+        return True
+
+    def parse_sets(self, sets: list[str]) -> dict[str, Any]:
+        """Parse ``knob=value`` strings (``--set batch_size=64``) into checked knob values."""
+        from autotune.spec import _unknown_knob_message, read_yaml
+
+        values: dict[str, Any] = {}
+        for item in sets:
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep:
+                raise UsageError(f"--set {item!r}: expected knob=value, e.g. --set batch_size=64")
+            if key not in KNOBS:
+                raise UsageError(f"--set {key}: {_unknown_knob_message(key)}")
+            try:
+                parsed = parse_knob(KNOBS[key], read_yaml(raw, f"--set {key}"))
+            except ValueError as e:
+                raise UsageError(f"--set {key}: {e}") from None
+            if not isinstance(parsed, Fixed):
+                raise UsageError(f"--set {key}: give one value, e.g. --set {key}={KNOBS[key].default}")
+            if self.device != "cuda" and key in _CUDA_ONLY and parsed.value == _CUDA_ONLY[key]:
+                raise UsageError(f"--set {key}: {parsed.value} needs CUDA; this study runs on {self.device}")
+            values[key] = parsed.value
+        return values
+
+
+def _single(spec: KnobSpec) -> bool:
+    if isinstance(spec, Fixed):
+        return True
+    if isinstance(spec, Choices):
+        return len(spec.choices) == 1
+    return spec.low == spec.high
+
+
+def _only(spec: KnobSpec) -> Any:
+    if isinstance(spec, Fixed):
+        return spec.value
+    if isinstance(spec, Choices):
+        return spec.choices[0]
+    return spec.low
+
+
+def _admits(spec: KnobSpec, value: Any) -> bool:
+    if isinstance(spec, Fixed):
+        return bool(value == spec.value and type(value) is type(spec.value))
+    if isinstance(spec, Choices):
+        return any(value == c and type(value) is type(c) for c in spec.choices)
+    return isinstance(value, int) and spec.low <= value <= spec.high and (value - spec.low) % spec.step == 0
+
+
+def _drop_value(name: str, spec: KnobSpec, bad: Any, notes: list[str]) -> KnobSpec:
+    """Remove a CUDA-only value from a knob on a non-CUDA device, noting it."""
+    default = KNOBS[name].default
+    if isinstance(spec, Fixed) and spec.value == bad:
+        notes.append(f"{name}: {bad} needs CUDA; using {default} on this device")
+        return Fixed(value=default)
+    if isinstance(spec, Choices) and bad in spec.choices:
+        kept = tuple(c for c in spec.choices if c != bad)
+        notes.append(f"{name}: {bad} needs CUDA; dropped from the choices on this device")
+        return Choices(choices=kept) if kept else Fixed(value=default)
+    return spec

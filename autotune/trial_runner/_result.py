@@ -1,0 +1,78 @@
+"""What a trial ends with: its outcome and the metrics measured so far."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Outcome(str, enum.Enum):
+    """How a trial ended. Every outcome but COMPLETE keeps the metrics measured until then."""
+
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    OOM = "oom"  # CUDA out of memory agreed across ranks, or over the memory budget
+    DIVERGED = "diverged"  # NaN or inf loss
+    CRASHED = "crashed"  # a rank failed; error_lines holds its last lines
+    TIMEOUT = "timeout"  # over max_seconds
+    HANG = "hang"  # silent for hang_seconds, or a collective timed out
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Window:
+    """One reporting window, as rank 0 writes it to metrics.jsonl (all ranks already reduced)."""
+
+    step: int  # optimizer steps done (warm-up included)
+    samples: int  # samples seen by the whole job (warm-up included)
+    elapsed_s: float  # seconds since the trial was launched
+    window_throughput_samples_s: float  # this window: global samples / the slowest rank's time
+    throughput_samples_s: float  # all measured steps so far
+    loss: float  # mean over ranks and over the window's steps
+    peak_memory_mb: float  # largest rank so far
+    time_to_first_step_s: float  # launch -> first step finished
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Window:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class TrialResult:
+    """The record of one trial. ``to_attrs()`` is what is stored on the Optuna trial (user attributes)."""
+
+    outcome: Outcome
+    reason: str = ""
+    throughput_samples_s: float | None = None
+    peak_memory_mb: float | None = None
+    loss: float | None = None
+    steps: int = 0
+    samples: int = 0
+    time_to_first_step_s: float | None = None
+    wall_s: float = 0.0  # launch -> every process of the trial gone
+    training_s: float = 0.0  # time inside measured (post-warm-up) steps, the slowest rank's
+    windows: list[Window] = field(default_factory=list)
+    error_lines: list[str] = field(default_factory=list)
+    trial_dir: str = ""
+
+    def metrics(self) -> dict[str, float | None]:
+        return {
+            "throughput_samples_s": self.throughput_samples_s,
+            "peak_memory_mb": self.peak_memory_mb,
+            "loss": self.loss,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialResult:
+        data = dict(data)
+        data["outcome"] = Outcome(data["outcome"])
+        data["windows"] = [Window.from_json(w) for w in data.get("windows", [])]
+        return cls(**data)

@@ -1,0 +1,146 @@
+"""The workload interface: what the user trains, and loading it from an entrypoint string."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import WorkloadError
+
+__all__ = ["Workload", "default_optimizer", "load_workload"]
+
+
+def default_optimizer(params: Iterable[Any], lr: float) -> Any:
+    """AdamW at the given learning rate: the optimizer used when a workload names none."""
+    import torch
+
+    return torch.optim.AdamW(params, lr=lr)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a study trains. autotune applies every knob itself around these pieces.
+
+    Args:
+        model: factory of the ``nn.Module``, called once in each rank.
+        dataset: factory of a map-style ``torch.utils.data.Dataset``.
+        loss: ``loss(model, batch) -> scalar tensor``; the forward pass happens here.
+        optimizer: ``optimizer(params, lr) -> torch.optim.Optimizer``; AdamW by default.
+        base_lr: the learning rate that is right at ``base_batch_size``.
+        base_batch_size: the global batch ``base_lr`` belongs to; the reference of ``lr_scaling``.
+        checkpoint_modules: module types wrapped when ``activation_checkpointing`` is on.
+        collate_fn: passed to the DataLoader.
+        eval_dataset: optional held-out dataset factory.
+    """
+
+    model: Callable[[], Any]
+    dataset: Callable[[], Any]
+    loss: Callable[[Any, Any], Any]
+    optimizer: Callable[[Iterable[Any], float], Any] = default_optimizer
+    base_lr: float = 1e-3
+    base_batch_size: int = 64
+    checkpoint_modules: tuple[type, ...] = field(default_factory=tuple)
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    eval_dataset: Callable[[], Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model", "dataset", "loss", "optimizer"):
+            if not callable(getattr(self, name)):
+                raise WorkloadError(f"Workload.{name} must be callable, got {type(getattr(self, name)).__name__}")
+        for name in ("collate_fn", "eval_dataset"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise WorkloadError(f"Workload.{name} must be callable or None, got {type(value).__name__}")
+        if isinstance(self.base_lr, bool) or not isinstance(self.base_lr, (int, float)) or not self.base_lr > 0:
+            raise WorkloadError(f"Workload.base_lr must be a positive number, got {self.base_lr!r}")
+        if (
+            isinstance(self.base_batch_size, bool)
+            or not isinstance(self.base_batch_size, int)
+            or self.base_batch_size < 1
+        ):
+            raise WorkloadError(f"Workload.base_batch_size must be a positive integer, got {self.base_batch_size!r}")
+        modules = self.checkpoint_modules
+        if isinstance(modules, type):
+            modules = (modules,)
+        modules = tuple(modules)
+        for m in modules:
+            if not isinstance(m, type):
+                raise WorkloadError(f"Workload.checkpoint_modules must hold module types, got {m!r}")
+        object.__setattr__(self, "checkpoint_modules", modules)
+
+
+def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
+    target, _, func_name = entrypoint.rpartition(":")
+    if target.endswith(".py") or "/" in target or target.startswith("."):
+        path = Path(target)
+        if not path.is_absolute():
+            path = base_dir / path
+        if not path.is_file():
+            raise WorkloadError(f"{entrypoint}: file {path} does not exist; the path is relative to the study file")
+        module_name = "autotune_workload_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise WorkloadError(f"{entrypoint}: cannot import {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            # Let the file import its neighbours, as `python file.py` would.
+            sys.path.insert(0, str(path.parent))
+            try:
+                spec.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[module_name]
+                raise WorkloadError(f"{entrypoint}: importing {path.name} raised {_brief(e)}") from e
+            finally:
+                sys.path.remove(str(path.parent))
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as e:
+            raise WorkloadError(f"{entrypoint}: no module named {e.name!r}; check the module path") from None
+        except Exception as e:
+            raise WorkloadError(f"{entrypoint}: importing {target} raised {_brief(e)}") from e
+    func = getattr(module, func_name, None)
+    if func is None:
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        import difflib
+
+        hint = difflib.get_close_matches(func_name, names, n=1)
+        fix = f"did you mean {hint[0]!r}?" if hint else "check the function name"
+        raise WorkloadError(f"{entrypoint}: {target} has no {func_name!r}; {fix}")
+    if not callable(func):
+        raise WorkloadError(f"{entrypoint}: {func_name!r} is not callable")
+    return func  # type: ignore[no-any-return]
+
+
+def load_workload(entrypoint: str, args: dict[str, Any] | None = None, base_dir: Path | None = None) -> Workload:
+    """Import ``module:function`` or ``path/file.py:function`` and call it with ``args``.
+
+    Raises WorkloadError (one line) when the import fails, the call raises, or the result is not a Workload.
+    """
+    func = _import_target(entrypoint, base_dir or Path.cwd())
+    try:
+        result = func(**(args or {}))
+    except TypeError as e:
+        raise WorkloadError(f"{entrypoint}: calling it with args {args or {}} failed: {e}") from e
+    except WorkloadError:
+        raise
+    except Exception as e:
+        raise WorkloadError(f"{entrypoint}: calling it raised {_brief(e)}") from e
+    if not isinstance(result, Workload):
+        raise WorkloadError(
+            f"{entrypoint}: returned {type(result).__name__}, not autotune.Workload; return autotune.Workload(...)"
+        )
+    return result
+
+
+def _brief(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
