@@ -399,6 +399,7 @@ class StudySpec(BaseModel):
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<python>")
+    _workload: Any = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -506,10 +507,30 @@ class StudySpec(BaseModel):
         return self
 
     def load_workload(self) -> Any:
-        """Import the entrypoint and call it once; returns the :class:`autotune.Workload`."""
-        from autotune.workload import load_workload
+        """The :class:`autotune.Workload`: the entrypoint imported and called once, then cached."""
+        if self._workload is None:
+            from autotune.workload import load_workload
 
-        return load_workload(self.workload.entrypoint, self.workload.args, self.base_dir)
+            self._workload = load_workload(self.workload.entrypoint, self.workload.args, self.base_dir)
+        return self._workload
+
+    def space(self) -> Any:
+        """The :class:`~autotune.search_space.SearchSpace` of this study on its resolved device."""
+        from autotune.search_space import SearchSpace
+
+        workload = self.load_workload()
+        return SearchSpace.build(
+            self.search_space, base_lr=workload.base_lr, base_batch_size=workload.base_batch_size,
+            device=self.resolved_device(),
+        )
+
+    def resolved_device(self) -> str:
+        """``cpu`` or ``cuda``; ``auto`` becomes cuda when torch sees a GPU."""
+        if self.launcher.device != "auto":
+            return self.launcher.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _redact(url: str) -> str:
