@@ -1,0 +1,141 @@
+"""The resolved study as a short rich summary: what ``autotune validate`` prints.
+
+Everything shown is resolved: the storage URL with relative SQLite paths made absolute (passwords
+hidden), the device ``auto`` turned into cpu or cuda, every knob's range or fixed value on that device,
+and the workload's learning-rate reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from autotune._knobs import KNOBS
+from autotune.spec import Choices, Fixed, IntRange, KnobSpec, StudySpec, _redact
+
+__all__ = ["render_summary"]
+
+
+def render_summary(spec: StudySpec, console: Console) -> None:
+    """Print the resolved study: settings, the ten knobs, notes, objectives and budget."""
+    workload = spec.load_workload()
+    space = spec.space()
+
+    console.print(f"[bold]study[/] {escape(spec.name)}  [dim]({escape(spec.source)})[/]")
+    settings = Table.grid(padding=(0, 2))
+    settings.add_column(style="bold")
+    settings.add_column()
+    for key, value in _settings(spec, workload, space.device):
+        settings.add_row(key, escape(value))
+    console.print(settings)
+
+    knobs = Table(title="search space", title_justify="left", show_edge=False, pad_edge=False)
+    knobs.add_column("knob")
+    knobs.add_column("mode")
+    knobs.add_column("values")
+    knobs.add_column("default", style="dim")
+    searched = set(space.searched())
+    no_workers = _describe(space.knobs["num_workers"]) in ("0", "{0}", "0..0")
+    for name, knob_spec in space.knobs.items():
+        default = workload.base_batch_size if name == "batch_size" else KNOBS[name].default
+        values = _describe(knob_spec)
+        if name == "prefetch_factor" and no_workers:
+            values = "- (unused: num_workers is 0)"
+        elif name == "prefetch_factor" and name in searched:
+            values += " when num_workers > 0"
+        mode = "searched" if name in searched else "fixed"
+        knobs.add_row(name, mode, escape(values), escape(_show(default)))
+    console.print(knobs)
+    for note in space.notes:
+        console.print(f"[yellow]note[/] {escape(note)}")
+
+
+def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, str]]:
+    launcher = spec.launcher
+    where = f"{launcher.kind}, device {device}"
+    if launcher.device == "auto":
+        where += " (auto)"
+    if launcher.kind == "slurm":
+        where += f", {launcher.nodes} node(s)"
+        if launcher.partition:
+            where += f", partition {launcher.partition}"
+        if launcher.time:
+            where += f", time {launcher.time}"
+        if launcher.srun_args:
+            where += ", srun " + " ".join(launcher.srun_args)
+    trial = spec.trial
+    limits = (
+        f"warmup {trial.warmup_steps}, max_steps {trial.max_steps}, max_seconds {_show(trial.max_seconds)}, "
+        f"report every {trial.window()} step(s), hang after {_show(trial.hang_seconds)} s"
+    )
+    if trial.samples is not None:
+        limits += f", samples {trial.samples}"
+    objectives = ", ".join(f"{o.metric} ({o.direction})" for o in spec.objectives)
+    if len(spec.objectives) > 1:
+        objectives += " - Pareto front"
+    max_mem = spec.constraints.max_memory_mb
+    sampler = spec.sampler
+    sampler_text: str = sampler.name + (f", seed {sampler.seed}" if sampler.seed is not None else "")
+    if sampler.n_startup_trials is not None:
+        sampler_text += f", {sampler.n_startup_trials} startup trials"
+    pruner = spec.pruner
+    pruner_text: str = pruner.name
+    if pruner.name != "none":
+        pruner_text += f", after {pruner.n_startup_trials} trials"
+        if pruner.name == "percentile":
+            pruner_text += f", percentile {_show(pruner.percentile)}"
+    budget = spec.budget
+    budget_text = ", ".join(
+        part
+        for part in (
+            f"{budget.n_trials} trials" if budget.n_trials is not None else "",
+            f"{_show(budget.timeout_s)} s" if budget.timeout_s is not None else "",
+        )
+        if part
+    ) or "unlimited"
+    confirm = spec.confirm
+    confirm_text = f"top {confirm.top_k} re-run {confirm.repeats} time(s)" if confirm.top_k > 0 else "off"
+    args = ", ".join(f"{k}={_show(v)}" for k, v in spec.workload.args.items()) or "-"
+    rows = [
+        ("storage", _redact(spec.storage_url())),
+        ("workload", f"{spec.workload.entrypoint}({args})"),
+        ("lr reference", f"base_lr {_show(workload.base_lr)} at global batch {workload.base_batch_size}"),
+        ("launcher", where),
+        ("trial", limits),
+        ("objectives", objectives),
+        ("constraints", f"max_memory_mb {_show(max_mem)}" if max_mem is not None else "-"),
+        ("sampler", sampler_text),
+        ("pruner", pruner_text),
+        ("budget", budget_text),
+        ("confirm", confirm_text),
+    ]
+    if spec.baseline:
+        rows.append(("baseline", ", ".join(f"{k}={_show(v)}" for k, v in spec.baseline.items())))
+    return rows
+
+
+def _describe(spec: KnobSpec) -> str:
+    if isinstance(spec, Fixed):
+        return _show(spec.value)
+    if isinstance(spec, Choices):
+        return "{" + ", ".join(_show(c) for c in spec.choices) + "}"
+    assert isinstance(spec, IntRange)  # the union has three members
+    text = f"{spec.low}..{spec.high}"
+    if spec.log:
+        text += " log"
+    if spec.step != 1:
+        text += f" step {spec.step}"
+    return text
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
