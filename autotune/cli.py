@@ -48,7 +48,7 @@ def main(debug: bool) -> None:
 
 
 @main.command()
-@click.argument("study_file", type=click.Path(dir_okay=False))
+@click.argument("study_file", type=click.Path())
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a study-file key.")
 @_handle_errors
 def validate(study_file: str, sets: tuple[str, ...]) -> None:
