@@ -1,0 +1,17 @@
+"""Built-in reference workloads, written against :class:`autotune.Workload`.
+
+Each module exposes ``build(**size_args) -> autotune.Workload`` with small defaults sized for a CPU core;
+name one in a study file as ``workload.entrypoint``:
+
+- ``autotune.workloads.mlp:build`` — a residual MLP regressing a fixed random teacher network on
+  synthetic features whose per-sample transform costs real CPU time, so DataLoader workers and
+  prefetching matter. Args: hidden, depth, input_dim, output_dim, samples, transform_cost, seed.
+- ``autotune.workloads.convnet:build`` — a small residual ConvNet classifying synthetic class-pattern
+  images with random-crop, flip and noise augmentation. Args: width, depth, image_size, samples,
+  num_classes, seed.
+- ``autotune.workloads.lm:build`` — a tiny byte-level causal transformer language model trained on the
+  Python standard library's own source files (no download). Args: d_model, n_layers, n_heads, seq_len,
+  max_bytes, seed.
+
+Importing this package imports none of them (nor torch); the entrypoint loader imports the one named.
+"""
