@@ -175,7 +175,7 @@ def parse_knob(knob: KnobDef, raw: Any) -> KnobSpec:
         log = raw.get("log", False)
         step = raw.get("step", 1)
         if not isinstance(log, bool):
-            raise ValueError(f"log: {log!r} is not true or false")
+            raise ValueError(f"log: {log!r} is not true or false; give true or false")
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise ValueError(f"step: {step!r} is not a positive integer")
         if low > high:
@@ -421,7 +421,7 @@ class StudySpec(BaseModel):
 
         try:
             url = make_url(value)
-        except ArgumentError:
+        except (ArgumentError, ValueError):  # ValueError: a port that is not a number
             raise ValueError(
                 f"{_redact(value)!r} is not a database URL; write e.g. sqlite:///study.db or "
                 "postgresql+psycopg://user@host/db"
@@ -649,8 +649,8 @@ def apply_overrides(document: dict[str, Any], overrides: Iterable[str], source: 
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise StudyFileError(f"--set {item!r}: expected key=value, e.g. --set trial.max_steps=20")
-        value = read_yaml(raw, f"--set {key}") if raw.strip() else None
+            raise StudyFileError(f"{source}: --set {item!r}: expected key=value, e.g. --set trial.max_steps=20")
+        value = read_yaml(raw, f"{source}: --set {key}") if raw.strip() else None
         parts = key.strip().split(".")
         node: dict[str, Any] = document
         for part in parts[:-1]:
@@ -658,7 +658,9 @@ def apply_overrides(document: dict[str, Any], overrides: Iterable[str], source: 
             if child is None:
                 child = {}
             elif not isinstance(child, Mapping):
-                raise StudyFileError(f"--set {key}: {part!r} is not a mapping in {source}")
+                raise StudyFileError(
+                    f"{source}: --set {key}: {part!r} is not a mapping; set a key under a mapping such as trial"
+                )
             node[part] = child = dict(child)
             node = child
         node[parts[-1]] = value
@@ -735,9 +737,9 @@ def format_validation_error(error: ValidationError) -> str:
     elif etype in ("string_type",):
         message = f"{got!r} is not a string; quote it"
     elif etype in ("model_type", "model_attributes_type", "dict_type"):
-        message = f"expected a mapping (key: value pairs), got {_yaml_type(got)} {got!r}"
+        message = f"expected a mapping, got {_yaml_type(got)} {got!r}; write key: value pairs"
     elif etype in ("tuple_type", "list_type"):
-        message = f"expected a list, got {_yaml_type(got)} {got!r}"
+        message = f"expected a list, got {_yaml_type(got)} {got!r}; write a list: [a, b] or '- a' lines"
     elif etype in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = first.get("ctx", {})
         message = f"{got!r} is out of range ({str(first['msg']).lower()}); {_bound_fix(bound)}"

@@ -91,14 +91,17 @@ def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
                 raise WorkloadError(f"{entrypoint}: cannot import {path}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
-            # Let the file import its neighbours, as `python file.py` would.
+            # Let the file import its neighbours, as `python file.py` would; write no __pycache__ into the
+            # user's folder (validating a study writes nothing).
             sys.path.insert(0, str(path.parent))
+            dont_write_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
             try:
                 spec.loader.exec_module(module)
             except Exception as e:
                 del sys.modules[module_name]
-                raise WorkloadError(f"{entrypoint}: importing {path.name} raised {_brief(e)}") from e
+                raise WorkloadError(f"{entrypoint}: importing {path.name} raised {_brief(e)}{_DEBUG}") from e
             finally:
+                sys.dont_write_bytecode = dont_write_bytecode
                 sys.path.remove(str(path.parent))
     else:
         try:
@@ -106,7 +109,7 @@ def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
         except ModuleNotFoundError as e:
             raise WorkloadError(f"{entrypoint}: no module named {e.name!r}; check the module path") from None
         except Exception as e:
-            raise WorkloadError(f"{entrypoint}: importing {target} raised {_brief(e)}") from e
+            raise WorkloadError(f"{entrypoint}: importing {target} raised {_brief(e)}{_DEBUG}") from e
     func = getattr(module, func_name, None)
     if func is None:
         names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
@@ -133,12 +136,15 @@ def load_workload(entrypoint: str, args: dict[str, Any] | None = None, base_dir:
     except WorkloadError:
         raise
     except Exception as e:
-        raise WorkloadError(f"{entrypoint}: calling it raised {_brief(e)}") from e
+        raise WorkloadError(f"{entrypoint}: calling it raised {_brief(e)}{_DEBUG}") from e
     if not isinstance(result, Workload):
         raise WorkloadError(
             f"{entrypoint}: returned {type(result).__name__}, not autotune.Workload; return autotune.Workload(...)"
         )
     return result
+
+
+_DEBUG = "; fix the workload (autotune --debug shows the traceback)"
 
 
 def _brief(e: BaseException) -> str:
