@@ -1,0 +1,238 @@
+"""The local launcher: one torchrun per trial on this machine, in a process session of its own."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from autotune.errors import LaunchError
+from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._plan import TrialPlan
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+# Variables a trial's processes may inherit; everything else (tokens, cloud credentials, the tuner's own
+# settings) stays behind. Prefixes end in '_'.
+_ENV_KEEP = {
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES", "HF_HOME",
+}
+_ENV_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "GLOO_", "OMP_", "MKL_", "KMP_", "AUTOTUNE_")
+
+
+def trial_environment(plan: TrialPlan, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a trial: what torch needs, nothing the trial has no use for."""
+    env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_PREFIXES)}
+    # The workload's own modules may live beside the study file.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (plan.base_dir, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // plan.config.world_size)))
+    env.update(extra or {})
+    return env
+
+
+def _die_with_tuner() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Orphans of our trials (a DataLoader worker whose rank died) are re-parented to us, so we find them."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+class ProcessTreeHandle(RunHandle):
+    """A run rooted at one local process (torchrun, or srun): tracks its whole tree and kills it all."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], trial_dir: Path, log_err: Path) -> None:
+        self.proc = proc
+        self.trial_dir = trial_dir
+        self.log_err = log_err
+        self._seen: dict[int, psutil.Process] = {}
+        with contextlib.suppress(psutil.Error):
+            self._seen[proc.pid] = psutil.Process(proc.pid)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def _rank_pids(self) -> dict[int, int]:
+        pids = {}
+        for path in self.trial_dir.glob("rank*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                pids[int(path.stem.removeprefix("rank"))] = int(path.read_text())
+        return pids
+
+    def _remember(self, proc: psutil.Process) -> None:
+        with contextlib.suppress(psutil.Error):
+            if proc.pid not in self._seen:
+                proc.create_time()  # pins identity against pid reuse
+                self._seen[proc.pid] = proc
+
+    def processes(self) -> list[psutil.Process]:
+        with contextlib.suppress(psutil.Error):
+            root = self._seen.get(self.proc.pid)
+            if root is not None:
+                for child in root.children(recursive=True):
+                    self._remember(child)
+        for pid in self._rank_pids().values():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                self._remember(proc)
+                for child in proc.children(recursive=True):
+                    self._remember(child)
+        alive = []
+        for proc in list(self._seen.values()):
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+        return alive
+
+    def rank_processes(self) -> dict[int, list[psutil.Process]]:
+        out: dict[int, list[psutil.Process]] = {}
+        for rank, pid in sorted(self._rank_pids().items()):
+            proc = self._seen.get(pid)
+            if proc is None:
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(pid)
+                    self._remember(proc)
+            if proc is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    out[rank] = [proc, *proc.children(recursive=True)]
+        return out
+
+    def terminate(self, grace_s: float) -> None:
+        procs = self.processes()
+        groups = set()
+        for proc in procs:
+            with contextlib.suppress(psutil.Error, OSError):
+                groups.add(os.getpgid(proc.pid))
+        groups.discard(os.getpgid(0))
+        for pgid in groups:
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGTERM)
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        for pgid in groups:
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGKILL)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self._reap()
+        leftover = [p for p in self.processes() if p.pid != self.proc.pid]
+        if leftover:
+            for proc in leftover:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(leftover, timeout=5)
+            self._reap()
+
+    def _reap(self) -> None:
+        """Collect orphans that were re-parented to us (we are a subreaper), so no zombie stays."""
+        for pid in list(self._seen):
+            if pid == self.proc.pid:
+                continue
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+    def exit_summary(self) -> str:
+        try:
+            text = self.log_err.read_text(errors="replace")
+        except OSError:
+            return ""
+        return summarize_torchrun_failure(text)
+
+
+_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
+_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
+
+
+def summarize_torchrun_failure(text: str) -> str:
+    """'rank 1 killed by SIGSEGV' / 'rank 0 exited with status 1' from torchrun's failure report.
+
+    Ranks killed by a signal come first: they are the cause, the others' errors the consequence.
+    """
+    parts = []
+    for block in re.split(r"^\s*\[\d+\]:\s*$", text, flags=re.M)[1:]:
+        rank_match, exit_match = _RANK_RE.search(block), _EXIT_RE.search(block)
+        if not rank_match or not exit_match:
+            continue
+        rank, status = rank_match.group(1), int(exit_match.group(1))
+        if status < 0:
+            try:
+                name = signal.Signals(-status).name
+            except ValueError:
+                name = f"signal {-status}"
+            parts.append(f"rank {rank} killed by {name}")
+        else:
+            parts.append(f"rank {rank} exited with status {status}")
+    parts.sort(key=lambda p: "killed by" not in p)
+    return "; ".join(dict.fromkeys(parts))
+
+
+class LocalLauncher(Launcher):
+    """torchrun on this machine: ``--nproc-per-node=W`` with a c10d rendezvous on a free local port.
+
+    torchrun runs in a new session (its own process group) and receives SIGTERM when the tuner dies; the
+    ranks themselves watch the tuner too (see ``_rank.die_with_parents``).
+    """
+
+    name = "local"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.extra_env = env or {}
+        become_subreaper()
+
+    def command(self, plan: TrialPlan, trial_dir: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={plan.config.world_size}",
+            "--nnodes=1",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=localhost:0",
+            "--monitor-interval=0.1",
+            "-m",
+            "autotune.trial_runner.worker",
+            str(trial_dir),
+        ]
+
+    def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
+        out, err = trial_dir / "launcher.out", trial_dir / "launcher.err"
+        try:
+            with out.open("wb") as stdout, err.open("wb") as stderr:
+                proc = subprocess.Popen(
+                    self.command(plan, trial_dir),
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=plan.base_dir,
+                    env=trial_environment(plan, self.extra_env),
+                    start_new_session=True,
+                    preexec_fn=_die_with_tuner,  # noqa: PLW1509 - only a prctl call
+                )
+        except OSError as e:
+            raise LaunchError(f"cannot start torchrun for {trial_dir}: {e}") from e
+        return ProcessTreeHandle(proc, trial_dir, err)

@@ -1,0 +1,49 @@
+"""TrialPlan: everything a trial's ranks need, written as config.json into the trial's folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.search_space import TrialConfig
+from autotune.spec import TrialLimits
+
+PLAN_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+DONE_FILE = "done.json"
+APPLIED_FILE = "applied.json"
+HEARTBEAT_FILE = "heartbeat"
+ERRORS_DIR = "errors"
+
+
+class TrialPlan(BaseModel):
+    """One trial: the config, the workload to build, the limits, and who launched it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: TrialConfig
+    entrypoint: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    base_dir: str = Field(description="folder the entrypoint's relative paths are resolved against")
+    limits: TrialLimits = Field(default_factory=TrialLimits)  # type: ignore[arg-type]
+    seed: int = 0
+    tuner_pid: int | None = Field(None, description="ranks exit when this process is gone")
+    launched_at: float = Field(0.0, description="time.time() at launch, for time to first step")
+    startup_timeout_s: float = Field(300.0, description="collective timeout until the first step")
+    step_timeout_s: float = Field(30.0, description="collective timeout after the first step")
+    trace: bool = Field(False, description="record DDP all-reduce calls in applied.json (tests)")
+
+    def write(self, trial_dir: Path) -> Path:
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        path = trial_dir / PLAN_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, trial_dir: Path) -> TrialPlan:
+        return cls.model_validate(json.loads((trial_dir / PLAN_FILE).read_text()))

@@ -1,0 +1,121 @@
+"""Process hygiene inside a rank: logs, pid files, error records, and dying with the tuner."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+from autotune.trial_runner._plan import ERRORS_DIR
+
+PR_SET_PDEATHSIG = 1
+
+
+def redirect_output(trial_dir: Path, rank: int) -> IO[str]:
+    """Send this rank's stdout and stderr (file descriptors 1 and 2) to rank<N>.log in the trial folder."""
+    log = open(trial_dir / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the rank
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    return log
+
+
+def write_pid(trial_dir: Path, rank: int) -> None:
+    (trial_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] in ("Z", "X"):  # a zombie is dead already
+        return None
+    return fields[19]
+
+
+def die_with_parents(tuner_pid: int | None, interval_s: float = 0.5) -> None:
+    """Make this rank exit when its launcher (parent) or the tuner process is gone.
+
+    The parent is covered by PR_SET_PDEATHSIG. The tuner is not our parent (torchrun is in between, and
+    ranks live in sessions of their own), so a daemon thread watches it and takes the rank and its
+    DataLoader workers down when it disappears — also when the tuner was killed with SIGKILL.
+    """
+    set_parent_death_signal()
+    if os.getppid() == 1:  # the parent died before we could ask
+        os._exit(1)
+    if not tuner_pid:
+        return
+    started = _start_time(tuner_pid)
+    if started is None:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if _start_time(tuner_pid) != started:
+                kill_own_children()
+                os._exit(1)
+
+    threading.Thread(target=watch, name="autotune-tuner-watch", daemon=True).start()
+
+
+def kill_own_children() -> None:
+    """SIGKILL this process's descendants (DataLoader workers), so none outlives the rank."""
+    try:
+        import psutil
+
+        children = psutil.Process().children(recursive=True)
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        return
+    for child in children:
+        with contextlib.suppress(Exception):
+            child.kill()
+
+
+def classify(error: BaseException) -> str:
+    """oom | timeout (a collective timed out) | peer (another rank went away) | error."""
+    text = f"{type(error).__name__}: {error}".lower()
+    if type(error).__name__ == "OutOfMemoryError" or "out of memory" in text:
+        return "oom"
+    if "timed out" in text or "timeout" in text:
+        return "timeout"
+    if any(s in text for s in ("connection closed by peer", "connection reset by peer", "broken pipe",
+                               "connection refused", "socket closed")):
+        return "peer"
+    return "error"
+
+
+def write_error(trial_dir: Path, rank: int, error: BaseException) -> None:
+    lines = traceback.format_exception(type(error), error, error.__traceback__)
+    flat = [ln for chunk in lines for ln in chunk.rstrip("\n").splitlines()]
+    record: dict[str, Any] = {
+        "rank": rank,
+        "kind": classify(error),
+        "type": type(error).__name__,
+        "message": str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__,
+        "lines": flat[-15:],
+        "time": time.time(),
+    }
+    folder = trial_dir / ERRORS_DIR
+    with contextlib.suppress(OSError):
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f"rank{rank}.json.tmp"
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(folder / f"rank{rank}.json")
+    with contextlib.suppress(Exception):
+        print("\n".join(flat), flush=True)

@@ -1,0 +1,396 @@
+"""What each rank does: build the workload, apply every knob, train and measure.
+
+Runs inside a rank started by a launcher (torchrun). Rank 0 appends one JSON line per reporting window
+to metrics.jsonl; every rank touches the heartbeat file after each step; rank 0 writes done.json at the
+end. Errors are written by the caller (worker.py) to errors/rank<N>.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
+from autotune.workload import Workload, load_workload
+
+
+class DatasetTooSmall(RuntimeError):
+    """The dataset holds fewer samples per rank than one batch."""
+
+
+@dataclass
+class RankContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    trial_dir: Path
+
+    @classmethod
+    def from_env(cls, trial_dir: Path) -> RankContext:
+        # torchrun's variables, never SLURM_*: inside an allocation SLURM_PROCID leaks into every rank.
+        return cls(
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])),
+            trial_dir=trial_dir,
+        )
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: max_memory_allocated. CPU: peak RSS (VmHWM) of this rank plus its DataLoader workers."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    total_kb = _hwm_kb(os.getpid())
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children(recursive=True):
+            total_kb += _hwm_kb(child.pid)
+    return total_kb / 1024
+
+
+def _hwm_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_rss() -> None:
+    """Reset this process's peak RSS so it measures this rank only (not what a parent held before fork)."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, device, non_blocking) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+def _batches(loader: Any, sampler: Any) -> Iterator[Any]:
+    """Endless batches; each pass over the data is a new epoch of the DistributedSampler."""
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise DatasetTooSmall("the DataLoader produced no batch")
+        epoch += 1
+
+
+def _apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    def wrapper(module: torch.nn.Module) -> torch.nn.Module:
+        return checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=wrapper, check_fn=lambda m: isinstance(m, types)
+    )
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    return sum(isinstance(m, CheckpointWrapper) for m in model.modules())
+
+
+class Trainer:
+    """Builds one rank's training from a TrialPlan and runs it."""
+
+    def __init__(self, plan: TrialPlan, ctx: RankContext) -> None:
+        self.plan = plan
+        self.ctx = ctx
+        self.config = plan.config
+        self.applied: dict[str, Any] = {}
+        if self.config.device == "cuda":
+            torch.cuda.set_device(ctx.local_rank)
+            self.device = torch.device("cuda", ctx.local_rank)
+        else:
+            self.device = torch.device("cpu")
+            cores = len(os.sched_getaffinity(0))
+            torch.set_num_threads(max(1, cores // ctx.local_world_size))
+        self.heartbeat = ctx.trial_dir / HEARTBEAT_FILE
+
+    # -- set-up ------------------------------------------------------------------------------------------
+    def init_distributed(self) -> None:
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        kwargs: dict[str, Any] = {}
+        if self.device.type == "cuda":
+            kwargs["device_id"] = self.device
+        dist.init_process_group(
+            backend, timeout=datetime.timedelta(seconds=self.plan.startup_timeout_s), **kwargs
+        )
+
+    def build(self) -> None:
+        plan, cfg = self.plan, self.config
+        workload: Workload = load_workload(plan.entrypoint, plan.args, Path(plan.base_dir))
+        self.workload = workload
+        torch.manual_seed(plan.seed)
+        model = workload.model()
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ValueError("the workload's model has no trainable parameters")
+        if cfg.activation_checkpointing:
+            wrapped = _apply_checkpointing(model, workload.checkpoint_modules)
+            if wrapped == 0:
+                raise ValueError("activation_checkpointing: no module of checkpoint_modules found in the model")
+            self.applied["checkpoint_wrappers"] = wrapped
+        model.to(self.device)
+        self.ddp: Any = None
+        if self.ctx.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.ddp = DDP(
+                model,
+                device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None,
+                bucket_cap_mb=cfg.bucket_cap_mb,
+            )
+            self.applied["ddp_bucket_bytes_cap"] = self.ddp.bucket_bytes_cap
+            if plan.trace:
+                self._trace_allreduce()
+        self.model = self.ddp if self.ddp is not None else model
+        self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr)
+        self.applied["optimizer_lr"] = [g["lr"] for g in self.optimizer.param_groups]
+        self.scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
+        self.applied["grad_scaler"] = self.scaler is not None
+        self._build_data(workload)
+        self._watch_autocast(model)
+
+    def _build_data(self, workload: Workload) -> None:
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        cfg, ctx = self.config, self.ctx
+        dataset = workload.dataset()
+        per_rank = len(dataset) // ctx.world_size
+        if per_rank < cfg.batch_size:
+            raise DatasetTooSmall(
+                f"the dataset has {len(dataset)} samples: {per_rank} per rank, fewer than one batch of "
+                f"{cfg.batch_size}; use a smaller batch_size or a larger dataset"
+            )
+        self.sampler = DistributedSampler(
+            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=self.plan.seed, drop_last=True
+        )
+        kwargs: dict[str, Any] = {}
+        if cfg.num_workers > 0:
+            kwargs.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=True)
+        self.loader = DataLoader(
+            dataset,
+            batch_size=cfg.batch_size,
+            sampler=self.sampler,
+            num_workers=cfg.num_workers,
+            pin_memory=cfg.pin_memory,
+            drop_last=True,
+            collate_fn=workload.collate_fn,
+            **kwargs,
+        )
+        self.applied["dataloader"] = {
+            "batch_size": self.loader.batch_size,
+            "num_workers": self.loader.num_workers,
+            "prefetch_factor": self.loader.prefetch_factor if cfg.num_workers > 0 else None,
+            "pin_memory": self.loader.pin_memory,
+            "persistent_workers": self.loader.persistent_workers,
+            "sampler": type(self.sampler).__name__,
+        }
+
+    def _watch_autocast(self, model: torch.nn.Module) -> None:
+        """Record, once, whether autocast is on in the forward pass and with which dtype."""
+        device_type = self.device.type
+
+        def hook(module: torch.nn.Module, args: Any) -> None:
+            self.applied["autocast_enabled"] = torch.is_autocast_enabled(device_type)
+            self.applied["autocast_dtype"] = (
+                str(torch.get_autocast_dtype(device_type)).removeprefix("torch.")
+                if torch.is_autocast_enabled(device_type)
+                else None
+            )
+            handle.remove()
+
+        handle = model.register_forward_pre_hook(hook)
+
+    def _trace_allreduce(self) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        self._allreduce_count = 0
+
+        # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
+        def counting_hook(state, bucket):  # type: ignore[no-untyped-def]
+            self._allreduce_count += 1
+            return default_hooks.allreduce_hook(state, bucket)
+
+        self.ddp.register_comm_hook(None, counting_hook)
+
+    # -- training -----------------------------------------------------------------------------------------
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        amp = self.config.amp
+        if amp == "off":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def step(self, batches: Iterator[Any]) -> torch.Tensor:
+        """One optimizer step: grad_accum micro-batches, all-reduce only on the last one."""
+        cfg = self.config
+        non_blocking = cfg.pin_memory and self.device.type == "cuda"
+        total = torch.zeros((), device=self.device)
+        for micro in range(cfg.grad_accum):
+            batch = _to_device(next(batches), self.device, non_blocking)
+            last = micro == cfg.grad_accum - 1
+            sync = contextlib.nullcontext() if (self.ddp is None or last) else self.ddp.no_sync()
+            with sync:
+                with self.autocast():
+                    loss = self.workload.loss(self.model, batch)
+                scaled = loss.float() / cfg.grad_accum
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            total += loss.detach().float()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return total / cfg.grad_accum
+
+    def train(self) -> dict[str, Any]:
+        plan, cfg, ctx = self.plan, self.config, self.ctx
+        limits = plan.limits
+        window = limits.window()
+        max_steps = limits.max_steps
+        if limits.samples is not None:
+            max_steps = min(max_steps, max(limits.warmup_steps + 1, math.ceil(limits.samples / cfg.global_batch)))
+        batches = _batches(self.loader, self.sampler)
+        metrics_path = ctx.trial_dir / METRICS_FILE
+        reduce_device = self.device
+
+        measured_s = 0.0  # slowest rank's time in measured steps
+        measured_samples = 0
+        window_time = 0.0
+        window_loss = torch.zeros((), device=self.device)
+        window_steps = 0
+        first_step_s: float | None = None
+        peak = 0.0
+        step = 0
+        outcome = "complete"
+        reason = f"{max_steps} steps"
+        last_loss: float | None = None
+        while step < max_steps:
+            start = time.perf_counter()
+            loss = self.step(batches)
+            elapsed = time.perf_counter() - start
+            step += 1
+            os.utime(self.heartbeat)
+            if step == 1:
+                first_step_s = time.time() - plan.launched_at if plan.launched_at else None
+                # Start-up is over: from now on a collective that takes long is a hang, not a slow start.
+                dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=plan.step_timeout_s))
+                if plan.trace and self.ddp is not None:
+                    self.applied["allreduce_calls_first_step"] = self._allreduce_count
+                self.write_applied()
+            measuring = step > limits.warmup_steps
+            if measuring:
+                window_time += elapsed
+                window_steps += 1
+            window_loss += loss
+            at_boundary = (
+                step == limits.warmup_steps
+                or (measuring and (step - limits.warmup_steps) % window == 0)
+                or step == max_steps
+            )
+            if not at_boundary:
+                continue
+            # One small reduction per window: slowest rank's time, largest memory, non-finite flag; mean loss.
+            n_loss = window_steps if measuring else step
+            peak = max(peak, peak_memory_mb(self.device))
+            local_loss = (window_loss / max(1, n_loss)).float()
+            finite = bool(torch.isfinite(local_loss))
+            maxes = torch.tensor([window_time, peak, 0.0 if finite else 1.0], device=reduce_device)
+            dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
+            loss_sum = torch.tensor([local_loss.item() if finite else 0.0], device=reduce_device)
+            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+            slowest, peak_all, nonfinite = (float(x) for x in maxes.tolist())
+            mean_loss = float(loss_sum.item()) / ctx.world_size
+            if nonfinite:
+                outcome = "diverged"
+                reason = f"loss became NaN/inf by step {step}"
+                break
+            last_loss = mean_loss
+            if measuring and window_steps > 0:
+                window_samples = window_steps * cfg.global_batch
+                measured_s += slowest
+                measured_samples += window_samples
+                if ctx.rank == 0:
+                    record = {
+                        "step": step,
+                        "samples": step * cfg.global_batch,
+                        "elapsed_s": round(time.time() - plan.launched_at, 4) if plan.launched_at else 0.0,
+                        "window_throughput_samples_s": window_samples / slowest if slowest > 0 else 0.0,
+                        "throughput_samples_s": measured_samples / measured_s if measured_s > 0 else 0.0,
+                        "loss": mean_loss,
+                        "peak_memory_mb": round(peak_all, 2),
+                        "time_to_first_step_s": round(first_step_s or 0.0, 4),
+                    }
+                    with metrics_path.open("a") as f:
+                        f.write(json.dumps(record) + "\n")
+            window_time = 0.0
+            window_steps = 0
+            window_loss = torch.zeros((), device=self.device)
+        if plan.trace and self.ddp is not None:
+            self.applied["allreduce_calls_total"] = self._allreduce_count
+            self.applied["steps"] = step
+        return {
+            "outcome": outcome,
+            "reason": reason,
+            "steps": step,
+            "samples": step * cfg.global_batch,
+            "training_s": measured_s,
+            "loss": last_loss,
+            "peak_memory_mb": peak,
+            "time_to_first_step_s": first_step_s,
+        }
+
+    def write_applied(self) -> None:
+        """Rank 0 records what it applied (DataLoader, DDP, autocast, checkpointing, lr) in applied.json."""
+        if self.ctx.rank == 0:
+            _write_json(self.ctx.trial_dir / APPLIED_FILE, self.applied)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Rank 0 writes applied.json and then done.json, the sign of a finished run."""
+        if self.ctx.rank == 0:
+            self.write_applied()
+            _write_json(self.ctx.trial_dir / DONE_FILE, summary)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
