@@ -149,7 +149,8 @@ class SearchSpace:
             except ValueError as e:
                 raise UsageError(f"--set {key}: {e}") from None
             if not isinstance(parsed, Fixed):
-                raise UsageError(f"--set {key}: give one value, e.g. --set {key}={KNOBS[key].default}")
+                example = self.base_batch_size if key == "batch_size" else KNOBS[key].default
+                raise UsageError(f"--set {key}: give one value, e.g. --set {key}={example}")
             if self.device != "cuda" and key in _CUDA_ONLY and parsed.value == _CUDA_ONLY[key]:
                 raise UsageError(f"--set {key}: {parsed.value} needs CUDA; this study runs on {self.device}")
             values[key] = parsed.value
