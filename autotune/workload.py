@@ -107,6 +107,9 @@ def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as e:
+            if e.name is None or not (target == e.name or target.startswith(e.name + ".")):
+                # The module exists; something it imports does not.
+                raise WorkloadError(f"{entrypoint}: importing {target} raised {_brief(e)}{_DEBUG}") from e
             raise WorkloadError(f"{entrypoint}: no module named {e.name!r}; check the module path") from None
         except Exception as e:
             raise WorkloadError(f"{entrypoint}: importing {target} raised {_brief(e)}{_DEBUG}") from e
