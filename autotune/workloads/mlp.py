@@ -130,7 +130,7 @@ def build(
     input_dim: int = 64,
     output_dim: int = 8,
     samples: int = 20_000,
-    transform_cost: int = 12,
+    transform_cost: int = 16,
     seed: int = 0,
 ) -> Workload:
     """The MLP reference workload.
@@ -142,7 +142,8 @@ def build(
         output_dim: regression targets per sample.
         samples: items in the training set (the held-out set has ``samples // 10``, at least 1).
         transform_cost: rounds of per-sample feature mixing in ``__getitem__`` (about 10 us each on one
-            core); the default makes data loading about half of a step at the base batch with no workers.
+            core); the default (about 170 us per item) makes data loading more than half of a step at the
+            base batch when ``num_workers`` is 0.
         seed: fixes the data, the teacher and the initial weights.
     """
     _check_sizes(
