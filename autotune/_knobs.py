@@ -77,11 +77,23 @@ KNOBS: dict[str, KnobDef] = {
         ),
         KnobDef("num_workers", int, 0, "DataLoader worker processes per rank", minimum=0),
         KnobDef(
-            "prefetch_factor", int, 2, "batches each DataLoader worker loads ahead (num_workers > 0)", minimum=1
+            "prefetch_factor",
+            int,
+            2,
+            "batches each DataLoader worker loads ahead (num_workers > 0)",
+            minimum=1,
         ),
         KnobDef("pin_memory", bool, False, "page-locked host memory for batches (CUDA only)"),
-        KnobDef("amp", str, "off", "automatic mixed precision: off, bf16 or fp16 (fp16: CUDA only)", values=AMP_MODES),
-        KnobDef("activation_checkpointing", bool, False, "recompute the workload's checkpoint_modules in backward"),
+        KnobDef(
+            "amp",
+            str,
+            "off",
+            "automatic mixed precision: off, bf16 or fp16 (fp16: CUDA only)",
+            values=AMP_MODES,
+        ),
+        KnobDef(
+            "activation_checkpointing", bool, False, "recompute the workload's checkpoint_modules in backward"
+        ),
         KnobDef("bucket_cap_mb", int, 25, "DDP gradient bucket size in MB", minimum=1),
         KnobDef("world_size", int, 1, "data-parallel degree (number of ranks)", minimum=1),
     )

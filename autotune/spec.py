@@ -10,7 +10,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from autotune.errors import StudyFileError
 from autotune._knobs import KNOBS, KnobDef
+from autotune.errors import StudyFileError
 
 __all__ = [
     "BudgetSpec",
@@ -89,7 +89,7 @@ class IntRange(BaseModel):
     step: int = 1
 
 
-KnobSpec = Union[Fixed, Choices, IntRange]
+KnobSpec = Fixed | Choices | IntRange
 
 
 def _knob_schema(knob: KnobDef) -> dict[str, Any]:
@@ -127,13 +127,13 @@ def _knob_schema(knob: KnobDef) -> dict[str, Any]:
 
 def _knob_field(name: str) -> Any:
     knob = KNOBS[name]
-    return Annotated[Union[KnobSpec, None], WithJsonSchema(_knob_schema(knob)), Field(description=knob.help)]
+    return Annotated[KnobSpec | None, WithJsonSchema(_knob_schema(knob)), Field(description=knob.help)]
 
 
 def parse_knob(knob: KnobDef, raw: Any) -> KnobSpec:
     """Parse one knob's study-file value (plain value, ``{choices}`` or ``{low, high}``) into a KnobSpec."""
-    if isinstance(raw, KnobSpec.__args__):  # type: ignore[attr-defined]
-        return raw  # type: ignore[no-any-return]
+    if isinstance(raw, KnobSpec.__args__):
+        return raw
     if isinstance(raw, Mapping):
         keys = set(raw)
         if "choices" in keys:
@@ -313,7 +313,9 @@ class ObjectiveSpec(BaseModel):
 
     model_config = _STRICT
     metric: Metric = Field(description="throughput (samples/s) | peak_memory_mb | loss")
-    direction: Direction | None = Field(None, description="maximize | minimize (default: the metric's natural)")
+    direction: Direction | None = Field(
+        None, description="maximize | minimize (default: the metric's natural)"
+    )
 
     @model_validator(mode="after")
     def _natural(self) -> ObjectiveSpec:
@@ -381,17 +383,17 @@ class StudySpec(BaseModel):
         None, description="SQLAlchemy URL; default: an SQLite file beside the study file"
     )
     workload: WorkloadSpec
-    launcher: LauncherSpec = Field(default_factory=LauncherSpec)  # type: ignore[arg-type]
+    launcher: LauncherSpec = Field(default_factory=LauncherSpec)
     search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
-    trial: TrialLimits = Field(default_factory=TrialLimits)  # type: ignore[arg-type]
+    trial: TrialLimits = Field(default_factory=TrialLimits)
     objectives: tuple[ObjectiveSpec, ...] = Field(
         (ObjectiveSpec(metric="throughput"),), min_length=1, description="one: single objective; more: Pareto"
     )
-    constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)  # type: ignore[arg-type]
-    sampler: SamplerSpec = Field(default_factory=SamplerSpec)  # type: ignore[arg-type]
-    pruner: PrunerSpec = Field(default_factory=PrunerSpec)  # type: ignore[arg-type]
-    budget: BudgetSpec = Field(default_factory=BudgetSpec)  # type: ignore[arg-type]
-    confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)  # type: ignore[arg-type]
+    constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    pruner: PrunerSpec = Field(default_factory=PrunerSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
     baseline: dict[str, Any] = Field(
         default_factory=dict,
         description="knob values overriding the workload's default configuration for the baseline trial",
@@ -470,7 +472,9 @@ class StudySpec(BaseModel):
                     "launcher.device: cuda"
                 )
             if self.baseline.get("amp") == "fp16":
-                raise ValueError("baseline.amp: fp16 needs CUDA; use off or bf16, or set launcher.device: cuda")
+                raise ValueError(
+                    "baseline.amp: fp16 needs CUDA; use off or bf16, or set launcher.device: cuda"
+                )
         return self
 
     # -- resolved values --------------------------------------------------------------------------
@@ -564,13 +568,13 @@ def _construct_undefined(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     )
 
 
-_Loader.add_constructor(None, _construct_undefined)  # type: ignore[arg-type]
+_Loader.add_constructor(None, _construct_undefined)
 
 
 def read_yaml(text: str, source: str) -> Any:
     """Parse YAML text safely; syntax errors become one-line StudyFileErrors with the line number."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        return yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
@@ -649,7 +653,9 @@ def apply_overrides(document: dict[str, Any], overrides: Iterable[str], source: 
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise StudyFileError(f"{source}: --set {item!r}: expected key=value, e.g. --set trial.max_steps=20")
+            raise StudyFileError(
+                f"{source}: --set {item!r}: expected key=value, e.g. --set trial.max_steps=20"
+            )
         value = read_yaml(raw, f"{source}: --set {key}") if raw.strip() else None
         parts = key.strip().split(".")
         node: dict[str, Any] = document
@@ -659,7 +665,8 @@ def apply_overrides(document: dict[str, Any], overrides: Iterable[str], source: 
                 child = {}
             elif not isinstance(child, Mapping):
                 raise StudyFileError(
-                    f"{source}: --set {key}: {part!r} is not a mapping; set a key under a mapping such as trial"
+                    f"{source}: --set {key}: {part!r} is not a mapping; "
+                    "set a key under a mapping such as trial"
                 )
             node[part] = child = dict(child)
             node = child
@@ -692,7 +699,8 @@ def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        is_model = isinstance(model, type) and issubclass(model, BaseModel)
+        field = model.model_fields.get(part) if is_model else None
         if field is None:
             return None
         annotation = field.annotation

@@ -52,19 +52,23 @@ class Workload:
     def __post_init__(self) -> None:
         for name in ("model", "dataset", "loss", "optimizer"):
             if not callable(getattr(self, name)):
-                raise WorkloadError(f"Workload.{name} must be callable, got {type(getattr(self, name)).__name__}")
+                kind = type(getattr(self, name)).__name__
+                raise WorkloadError(f"Workload.{name} must be callable, got {kind}")
         for name in ("collate_fn", "eval_dataset"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise WorkloadError(f"Workload.{name} must be callable or None, got {type(value).__name__}")
-        if isinstance(self.base_lr, bool) or not isinstance(self.base_lr, (int, float)) or not self.base_lr > 0:
+        lr = self.base_lr
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise WorkloadError(f"Workload.base_lr must be a positive number, got {self.base_lr!r}")
         if (
             isinstance(self.base_batch_size, bool)
             or not isinstance(self.base_batch_size, int)
             or self.base_batch_size < 1
         ):
-            raise WorkloadError(f"Workload.base_batch_size must be a positive integer, got {self.base_batch_size!r}")
+            raise WorkloadError(
+                f"Workload.base_batch_size must be a positive integer, got {self.base_batch_size!r}"
+            )
         modules = self.checkpoint_modules
         if isinstance(modules, type):
             modules = (modules,)
@@ -82,7 +86,9 @@ def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
         if not path.is_absolute():
             path = base_dir / path
         if not path.is_file():
-            raise WorkloadError(f"{entrypoint}: file {path} does not exist; the path is relative to the study file")
+            raise WorkloadError(
+                f"{entrypoint}: file {path} does not exist; the path is relative to the study file"
+            )
         module_name = "autotune_workload_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
         module = sys.modules.get(module_name)
         if module is None:
@@ -123,10 +129,12 @@ def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
         raise WorkloadError(f"{entrypoint}: {target} has no {func_name!r}; {fix}")
     if not callable(func):
         raise WorkloadError(f"{entrypoint}: {func_name!r} is not callable")
-    return func  # type: ignore[no-any-return]
+    return func
 
 
-def load_workload(entrypoint: str, args: dict[str, Any] | None = None, base_dir: Path | None = None) -> Workload:
+def load_workload(
+    entrypoint: str, args: dict[str, Any] | None = None, base_dir: Path | None = None
+) -> Workload:
     """Import ``module:function`` or ``path/file.py:function`` and call it with ``args``.
 
     Raises WorkloadError (one line) when the import fails, the call raises, or the result is not a Workload.
@@ -142,7 +150,8 @@ def load_workload(entrypoint: str, args: dict[str, Any] | None = None, base_dir:
         raise WorkloadError(f"{entrypoint}: calling it raised {_brief(e)}{_DEBUG}") from e
     if not isinstance(result, Workload):
         raise WorkloadError(
-            f"{entrypoint}: returned {type(result).__name__}, not autotune.Workload; return autotune.Workload(...)"
+            f"{entrypoint}: returned {type(result).__name__}, not autotune.Workload; "
+            "return autotune.Workload(...)"
         )
     return result
 

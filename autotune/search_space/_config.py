@@ -97,7 +97,9 @@ class TrialConfig(BaseModel):
             raise ValueError("global_batch must equal batch_size * grad_accum * world_size")
         expected = scaled_lr(self.base_lr, self.base_batch_size, self.global_batch, self.lr_scaling)
         if not math.isclose(self.lr, expected, rel_tol=1e-9):
-            raise ValueError(f"lr {self.lr} does not follow lr_scaling {self.lr_scaling} (expected {expected})")
+            raise ValueError(
+                f"lr {self.lr} does not follow lr_scaling {self.lr_scaling} (expected {expected})"
+            )
         if (self.num_workers == 0) != (self.prefetch_factor is None):
             raise ValueError("prefetch_factor is set exactly when num_workers > 0")
         if self.device == "cpu" and (self.amp == "fp16" or self.pin_memory):

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune._knobs import KNOBS
 from autotune.errors import UsageError
 from autotune.search_space._config import TrialConfig
-from autotune._knobs import KNOBS
 from autotune.spec import Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob
 
 if TYPE_CHECKING:
@@ -105,7 +105,8 @@ class SearchSpace:
         """The workload's default configuration (the baseline): num_workers 0, fp32, no checkpointing,
         bucket 25 MB, base batch, one rank — whatever the search space says — then ``overrides``."""
         values: dict[str, Any] = {
-            name: (self.base_batch_size if name == "batch_size" else knob.default) for name, knob in KNOBS.items()
+            name: (self.base_batch_size if name == "batch_size" else knob.default)
+            for name, knob in KNOBS.items()
         }
         values.update(overrides or {})
         return self.config(values)
