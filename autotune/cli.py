@@ -68,5 +68,51 @@ def schema() -> None:
     click.echo(json.dumps(StudySpec.model_json_schema(), indent=2))
 
 
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("--set", "sets", multiple=True, metavar="KNOB=VALUE", help="Set a knob (e.g. batch_size=64).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (outcome, reason, metrics, config).")
+@click.option("--dir", "trial_dir", type=click.Path(file_okay=False), help="Trial folder (default: runs/NAME/).")
+@_handle_errors
+def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str | None) -> None:
+    """Run exactly one trial with the given knobs, outside any study, and print how it went.
+
+    Knobs fixed in the study's search space are used, others take their defaults; the study's trial
+    limits and memory budget apply. The exit status is 0 whenever the trial reached an outcome.
+    """
+    from pathlib import Path
+
+    from autotune.console import print_trial_result, trial_progress
+    from autotune.spec import load_spec
+    from autotune.trial_runner import make_launcher, plan_for, run_trial
+
+    spec = load_spec(study_file)
+    space = spec.space()
+    config = space.config(space.parse_sets(list(sets)))
+    folder = Path(trial_dir) if trial_dir else spec.runs_dir() / f"trial-{_stamp()}"
+    launcher = make_launcher(spec)
+    try:
+        with trial_progress(err_console, spec.trial, enabled=not as_json) as on_tick:
+            result = run_trial(
+                plan_for(spec, config), folder, launcher,
+                max_memory_mb=spec.constraints.max_memory_mb, on_tick=on_tick,
+            )
+    finally:
+        launcher.close()
+    if as_json:
+        payload = result.to_json()
+        payload.pop("windows")
+        payload["config"] = config.model_dump()
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        print_trial_result(console, config, result)
+
+
+def _stamp() -> str:
+    import datetime
+
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

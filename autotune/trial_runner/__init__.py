@@ -4,9 +4,10 @@
 """
 
 from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
-from autotune.trial_runner._monitor import Monitor, MetricsTail, run_trial
-from autotune.trial_runner._plan import TrialPlan
+from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
+from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._result import Outcome, TrialResult, Window
 
 __all__ = [
@@ -17,9 +18,13 @@ __all__ = [
     "Outcome",
     "ProcessTreeHandle",
     "RunHandle",
+    "TickCallback",
     "TrialPlan",
     "TrialResult",
     "Window",
+    "WindowCallback",
+    "make_launcher",
+    "plan_for",
     "run_trial",
     "trial_environment",
 ]

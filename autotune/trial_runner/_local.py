@@ -231,7 +231,7 @@ class LocalLauncher(Launcher):
                     cwd=plan.base_dir,
                     env=trial_environment(plan, self.extra_env),
                     start_new_session=True,
-                    preexec_fn=_die_with_tuner,  # noqa: PLW1509 - only a prctl call
+                    preexec_fn=_die_with_tuner,
                 )
         except OSError as e:
             raise LaunchError(f"cannot start torchrun for {trial_dir}: {e}") from e

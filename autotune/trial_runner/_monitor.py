@@ -217,10 +217,8 @@ def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, lis
         return Outcome(done.get("outcome", "complete")), str(done.get("reason", "")), [], done
     reason = exit_summary or "the run ended without a result"
     lines: list[str] = []
-    try:
+    with contextlib.suppress(OSError):
         lines = (trial_dir / "launcher.err").read_text(errors="replace").splitlines()[-12:]
-    except OSError:
-        pass
     return Outcome.CRASHED, reason, lines, done
 
 

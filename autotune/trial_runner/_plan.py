@@ -28,7 +28,7 @@ class TrialPlan(BaseModel):
     entrypoint: str
     args: dict[str, Any] = Field(default_factory=dict)
     base_dir: str = Field(description="folder the entrypoint's relative paths are resolved against")
-    limits: TrialLimits = Field(default_factory=TrialLimits)  # type: ignore[arg-type]
+    limits: TrialLimits = Field(default_factory=TrialLimits)
     seed: int = 0
     tuner_pid: int | None = Field(None, description="ranks exit when this process is gone")
     launched_at: float = Field(0.0, description="time.time() at launch, for time to first step")
@@ -47,3 +47,16 @@ class TrialPlan(BaseModel):
     @classmethod
     def read(cls, trial_dir: Path) -> TrialPlan:
         return cls.model_validate(json.loads((trial_dir / PLAN_FILE).read_text()))
+
+
+def plan_for(spec: Any, config: TrialConfig, *, seed: int | None = None, trace: bool = False) -> TrialPlan:
+    """The plan of one trial of ``spec`` (a StudySpec) with ``config``."""
+    return TrialPlan(
+        config=config,
+        entrypoint=spec.workload.entrypoint,
+        args=dict(spec.workload.args),
+        base_dir=str(spec.base_dir),
+        limits=spec.trial,
+        seed=spec.sampler.seed or 0 if seed is None else seed,
+        trace=trace,
+    )

@@ -80,7 +80,7 @@ def kill_own_children() -> None:
         import psutil
 
         children = psutil.Process().children(recursive=True)
-    except Exception:  # noqa: BLE001 - best effort on the way out
+    except Exception:
         return
     for child in children:
         with contextlib.suppress(Exception):

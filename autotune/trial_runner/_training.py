@@ -193,7 +193,7 @@ class Trainer:
                 f"the dataset has {len(dataset)} samples: {per_rank} per rank, fewer than one batch of "
                 f"{cfg.batch_size}; use a smaller batch_size or a larger dataset"
             )
-        self.sampler = DistributedSampler(
+        self.sampler: DistributedSampler[Any] = DistributedSampler(
             dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=self.plan.seed, drop_last=True
         )
         kwargs: dict[str, Any] = {}

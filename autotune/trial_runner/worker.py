@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
         trainer.build()
         trainer.finish(trainer.train())
         code = 0
-    except BaseException as error:  # noqa: BLE001 - every failure is recorded, then the rank leaves
+    except BaseException as error:
         write_error(trial_dir, rank, error)
     finally:
         kill_own_children()

@@ -1,0 +1,18 @@
+"""Choosing the launcher a study file asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.errors import UsageError
+from autotune.trial_runner._base import Launcher
+
+
+def make_launcher(spec: Any) -> Launcher:
+    """The launcher of ``spec.launcher.kind``."""
+    kind = spec.launcher.kind
+    if kind == "local":
+        from autotune.trial_runner._local import LocalLauncher
+
+        return LocalLauncher()
+    raise UsageError(f"{spec.source}: launcher.kind: {kind!r} is not available in this version; use local")

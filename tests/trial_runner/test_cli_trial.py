@@ -1,0 +1,84 @@
+"""`autotune trial`: one trial from the command line, and a tuner killed with SIGKILL leaving nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .conftest import HERE, leftovers, wait_no_leftovers
+
+
+def _study(tmp_path: Path, fault: str = "none", max_steps: int = 12) -> Path:
+    (tmp_path / "faulty.py").write_text((HERE / "faulty.py").read_text())
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        f"""
+name: cli-trial
+workload:
+  entrypoint: faulty.py:build
+  args: {{fault: {fault}, at_step: 1}}
+search_space:
+  amp: bf16
+trial: {{warmup_steps: 2, max_steps: {max_steps}, max_seconds: 60, report_every: 2}}
+constraints: {{max_memory_mb: 3000}}
+"""
+    )
+    return study
+
+
+def test_trial_json_reports_outcome_metrics_and_config(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "trial", str(study), "--set", "world_size=2",
+         "--set", "batch_size=16", "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout)
+    assert payload["outcome"] == "complete"
+    assert payload["config"]["world_size"] == 2 and payload["config"]["batch_size"] == 16
+    assert payload["config"]["amp"] == "bf16"  # fixed in the study's search space
+    assert payload["config"]["num_workers"] == 0  # not in the search space: its default
+    assert payload["throughput_samples_s"] > 0 and payload["peak_memory_mb"] > 0
+    trial_dir = Path(payload["trial_dir"])
+    assert trial_dir.parent == tmp_path / "runs" / "cli-trial"
+    assert json.loads((trial_dir / "config.json").read_text())["config"]["global_batch"] == 32
+
+
+def test_trial_bad_knob_is_one_line_and_launches_nothing(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "trial", str(study), "--set", "batch_sise=16"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "did you mean 'batch_size'" in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tuner_killed_with_sigkill_takes_its_trial_along(tmp_path: Path) -> None:
+    study = _study(tmp_path, fault="slow", max_steps=100000)
+    trial_dir = tmp_path / "killed"
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "trial", str(study), "--set", "world_size=2",
+         "--set", "num_workers=1", "--dir", str(trial_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (trial_dir / "metrics.jsonl").exists():  # training for real
+            assert time.monotonic() < deadline, "trial never started"
+            time.sleep(0.2)
+        assert len(leftovers(trial_dir)) >= 5  # torchrun, 2 ranks, 2 DataLoader workers
+        os.kill(tuner.pid, signal.SIGKILL)
+        tuner.wait(timeout=10)
+        assert not wait_no_leftovers(trial_dir, within_s=10), "trial processes outlived the tuner"
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
