@@ -183,9 +183,7 @@ def build(
         num_classes: number of classes.
         seed: fixes the data, the templates and the initial weights.
     """
-    _check_sizes(
-        width=width, depth=depth, image_size=image_size, samples=samples, num_classes=num_classes, seed=seed
-    )
+    _check_sizes(width=width, depth=depth, image_size=image_size, samples=samples, num_classes=num_classes, seed=seed)
     data = functools.partial(PatternImages, num_classes=num_classes, image_size=image_size, seed=seed)
     return Workload(
         model=functools.partial(_make_model, width, depth, image_size, num_classes, seed),

@@ -192,9 +192,7 @@ def build(
         max_bytes: bytes of standard-library source in the training split.
         seed: fixes the initial weights (the text is fixed by the Python installation).
     """
-    _check_sizes(
-        d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, max_bytes=max_bytes, seed=seed
-    )
+    _check_sizes(d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, max_bytes=max_bytes, seed=seed)
     if d_model % n_heads:
         raise WorkloadError(f"lm: d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
     if max_bytes < seq_len + 1:

@@ -38,9 +38,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def batches(workload: Workload, batch_size: int, n: int) -> list[Any]:
-    loader = DataLoader(
-        workload.dataset(), batch_size=batch_size, shuffle=False, collate_fn=workload.collate_fn
-    )
+    loader = DataLoader(workload.dataset(), batch_size=batch_size, shuffle=False, collate_fn=workload.collate_fn)
     out = []
     for batch in loader:
         out.append(batch)
@@ -163,9 +161,7 @@ def test_model_factory_is_seeded_without_touching_the_global_rng(name: str) -> N
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters(), strict=True))
 
 
-@pytest.mark.parametrize(
-    ("name", "steps", "batch_size"), [("mlp", 40, 32), ("lm", 40, 16), ("convnet", 60, 32)]
-)
+@pytest.mark.parametrize(("name", "steps", "batch_size"), [("mlp", 40, 32), ("lm", 40, 16), ("convnet", 60, 32)])
 def test_adamw_at_base_lr_lowers_the_loss(name: str, steps: int, batch_size: int) -> None:
     workload = load(name, samples=2048) if name != "lm" else load(name)
     model = workload.model()
@@ -206,9 +202,7 @@ def test_lm_text_comes_from_the_stdlib_sources() -> None:
         assert bytes(x.tolist()) + bytes(y[-1:].tolist()) in corpus
     held_out = load("lm").eval_dataset
     assert held_out is not None
-    assert (
-        bytes(held_out()[0][0].tolist()) == corpus[TINY["lm"]["max_bytes"] :][:32]
-    )  # the text after training's
+    assert bytes(held_out()[0][0].tolist()) == corpus[TINY["lm"]["max_bytes"] :][:32]  # the text after training's
 
 
 @pytest.mark.parametrize(
