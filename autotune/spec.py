@@ -409,7 +409,7 @@ class StudySpec(BaseModel):
         if not _NAME_RE.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a safe study name; use letters, digits, '.', '_' and '-' "
-                "(no '/', no spaces, not starting with '.')"
+                "(no '/', no spaces, starting with a letter or digit)"
             )
         return value
 

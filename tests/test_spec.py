@@ -185,6 +185,8 @@ CASES = [
          head="name: ../x\nworkload: {entrypoint: 'wl.py:build'}\n"),
     case("unsafe_name_space", "", "name", "not a safe study name",
          head="name: my study\nworkload: {entrypoint: 'wl.py:build'}\n"),
+    case("unsafe_name_hidden", "", "name", "'.hidden' is not a safe study name", "starting with a letter or digit",
+         head="name: .hidden\nworkload: {entrypoint: 'wl.py:build'}\n"),
     case("name_is_a_number", "", "name", "not a string", "quote it",
          head="name: 42\nworkload: {entrypoint: 'wl.py:build'}\n"),
     # -- YAML tags: rejected, never executed
