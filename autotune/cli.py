@@ -108,6 +108,70 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
         print_trial_result(console, config, result)
 
 
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("--n-trials", type=click.IntRange(min=1), help="Trials the study should hold (baseline included).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), help="Stop searching after S s.")
+@click.option("--storage", help="Storage URL (overrides the study file).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a study-file key.")
+@_handle_errors
+def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage: str | None,
+        sets: tuple[str, ...]) -> None:
+    """Run (or resume) a study: baseline, search, confirmation, then the chosen configuration.
+
+    Running the same command again continues the study where it stopped.
+    """
+    from autotune.console import RunView, print_summary
+    from autotune.spec import load_spec
+    from autotune.tuner import Interrupted, Tuner
+
+    spec = load_spec(study_file, overrides=_storage_override(storage, sets))
+    view = RunView(console, spec.name, spec.trial.max_steps)
+    try:
+        summary = Tuner(spec, observer=view).run(n_trials=n_trials, timeout_s=timeout_s)
+    except Interrupted as stop:
+        view.stop()
+        err_console.print(f"interrupted: the running trial was stopped and recorded; rerun `autotune run "
+                          f"{study_file}` to continue")
+        sys.exit(stop.exit_code)
+    finally:
+        view.stop()
+    print_summary(console, summary)
+
+
+def _storage_override(storage: str | None, sets: tuple[str, ...]) -> list[str]:
+    return [*sets, f"storage={storage}"] if storage else list(sets)
+
+
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--storage", help="Storage URL (overrides the study file).")
+@_handle_errors
+def best(study_file: str, fmt: str, storage: str | None) -> None:
+    """Print the best configuration found so far (knobs and derived values)."""
+    from autotune.results import best_payload
+
+    payload = best_payload(study_file, storage)
+    if fmt == "json":
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        import yaml
+
+        click.echo(yaml.safe_dump(payload, sort_keys=False).rstrip())
+
+
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("--storage", help="Storage URL (overrides the study file).")
+@_handle_errors
+def status(study_file: str, storage: str | None) -> None:
+    """Summarise a study, finished or in progress: counts by outcome, running trials, best so far."""
+    from autotune.results import print_status
+
+    print_status(console, study_file, storage)
+
+
 def _stamp() -> str:
     import datetime
 

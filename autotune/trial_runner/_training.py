@@ -121,6 +121,13 @@ def _apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int
     return sum(isinstance(m, CheckpointWrapper) for m in model.modules())
 
 
+def compute_threads(local_world_size: int, num_workers: int) -> int:
+    """Intra-op threads per rank on CPU: this rank's share of the cores, less its DataLoader workers
+    (each worker runs one thread), so that compute and data loading do not fight over the same cores."""
+    cores = len(os.sched_getaffinity(0))
+    return max(1, cores // local_world_size - num_workers)
+
+
 class Trainer:
     """Builds one rank's training from a TrialPlan and runs it."""
 
@@ -134,8 +141,8 @@ class Trainer:
             self.device = torch.device("cuda", ctx.local_rank)
         else:
             self.device = torch.device("cpu")
-            cores = len(os.sched_getaffinity(0))
-            torch.set_num_threads(max(1, cores // ctx.local_world_size))
+            torch.set_num_threads(compute_threads(ctx.local_world_size, self.config.num_workers))
+            self.applied["torch_threads"] = torch.get_num_threads()
         self.heartbeat = ctx.trial_dir / HEARTBEAT_FILE
 
     # -- set-up ------------------------------------------------------------------------------------------

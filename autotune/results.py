@@ -1,0 +1,77 @@
+"""Reading a stored study back: `autotune best` and `autotune status`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from autotune.console import OUTCOME_STYLE, fmt
+from autotune.errors import UsageError
+from autotune.spec import StudySpec, load_spec
+from autotune.study import open_study
+from autotune.tuner import TuneSummary, summarize
+
+
+def load_summary(study_file: str, storage: str | None = None) -> tuple[StudySpec, TuneSummary]:
+    overrides = [f"storage={storage}"] if storage else []
+    spec = load_spec(study_file, overrides=overrides)
+    study = open_study(spec, spec.space(), create=False)
+    return spec, summarize(study, spec)
+
+
+def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
+    """The best configuration as a plain mapping: knobs, derived values, and how it was measured."""
+    spec, summary = load_summary(study_file, storage)
+    if summary.best_config is None or summary.best is None:
+        raise UsageError(f"{spec.source}: no trial of study {spec.name!r} has completed yet; run it first")
+    config = summary.best_config
+    return {
+        "study": spec.name,
+        "trial": summary.best_trial,
+        "confirmed": summary.confirmed,
+        "config": config.knobs(),
+        "derived": {"global_batch": config.global_batch, "lr": config.lr, "device": config.device},
+        "metrics": {
+            summary.metric + "_median": summary.best.median,
+            "spread": summary.best.spread,
+            "measurements": len(summary.best.values),
+            "peak_memory_mb": summary.best.peak_memory_mb,
+            "loss": summary.best.loss,
+        },
+        "speedup_vs_baseline": summary.speedup,
+    }
+
+
+def print_status(console: Console, study_file: str, storage: str | None = None) -> None:
+    spec, summary = load_summary(study_file, storage)
+    study = summary.study
+    trials = study.get_trials(deepcopy=False)
+    target = spec.budget.n_trials
+    console.print(f"[bold]{spec.name}[/]  {len(trials)} trials stored (budget {target})")
+    console.print("  ".join(f"[{OUTCOME_STYLE.get(k, 'white')}]{k}[/]: {v}" for k, v in sorted(summary.counts.items()))
+                  or "no trial yet")
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    now = time.time()
+    for t in running:
+        started = t.datetime_start.timestamp() if t.datetime_start else now
+        worker = t.user_attrs.get("worker", {})
+        console.print(f"running: #{t.number} for {now - started:.0f} s on {worker.get('host', '?')} "
+                      f"(pid {worker.get('pid', '?')})")
+    table = Table(box=None, header_style="dim")
+    for name in ("#", "role", "outcome", "samples/s", "MB", "loss", "reason"):
+        table.add_column(name)
+    for t in trials[-15:]:
+        a = t.user_attrs
+        outcome = str(a.get("outcome", t.state.name.lower()))
+        table.add_row(str(t.number), str(a.get("role", "")), f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
+                      fmt(a.get("throughput_samples_s"), ",.0f"), fmt(a.get("peak_memory_mb"), ",.0f"),
+                      fmt(a.get("loss"), ".4g"), str(a.get("reason", ""))[:60])
+    console.print(table)
+    if summary.best is not None and summary.best_config is not None:
+        speed = f", {summary.speedup:.2f}x baseline" if summary.speedup else ""
+        console.print(f"best so far: trial #{summary.best_trial} {summary.best.median:,.0f} samples/s{speed} "
+                      f"({summary.best_config.short()})")

@@ -1,0 +1,175 @@
+"""The Optuna side of a study: storage, sampler and pruner built from the study file."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
+from optuna.storages import BaseStorage
+
+from autotune import __version__
+from autotune.errors import AutotuneError, UsageError
+from autotune.search_space import SearchSpace
+from autotune.spec import StudySpec, _redact
+
+HEARTBEAT_INTERVAL_S = 5
+GRACE_PERIOD_S = 30
+
+
+def make_storage(url: str) -> BaseStorage:
+    """An RDB storage with heartbeats, so a trial whose tuner died is failed and retried by the next one."""
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        # Several tuners on one machine share the file: wait for the lock instead of failing at once.
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    try:
+        with _quiet():
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
+            )
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AutotuneError(f"cannot open storage {_redact(url)}: {first}") from None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Hide Optuna's notices about experimental features autotune deliberately uses (heartbeats, group)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+def make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
+    """The sampler named in the study file, seeded."""
+    with _quiet():
+        return _make_sampler(spec, space)
+
+
+def _make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
+    cfg = spec.sampler
+    seed = cfg.seed
+    n_trials = spec.budget.n_trials or 20
+    startup = cfg.n_startup_trials if cfg.n_startup_trials is not None else max(3, min(10, n_trials // 4))
+    name = cfg.name
+    if name == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=startup, multivariate=True, group=True, constant_liar=True
+        )
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n_trials // 3)))
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+    if name == "grid":
+        return optuna.samplers.GridSampler(grid_points(space), seed=seed)
+    raise UsageError(f"sampler {name!r} is not supported")
+
+
+def grid_points(space: SearchSpace) -> dict[str, list[Any]]:
+    """Every value of every searched knob; a log range contributes its powers of two (and its ends)."""
+    grid: dict[str, list[Any]] = {}
+    for name, dist in space.distributions().items():
+        if isinstance(dist, CategoricalDistribution):
+            grid[name] = list(dist.choices)
+        elif isinstance(dist, IntDistribution):
+            if dist.log:
+                values = {dist.low, dist.high}
+                power = 1
+                while power <= dist.high:
+                    if power >= dist.low:
+                        values.add(power)
+                    power *= 2
+                grid[name] = sorted(values)
+            else:
+                grid[name] = list(range(dist.low, dist.high + 1, dist.step))
+    return grid
+
+
+def make_pruner(spec: StudySpec) -> BasePruner:
+    """Optuna's pruner for single-objective studies (multi-objective ones use autotune's own rule)."""
+    cfg = spec.pruner
+    if len(spec.objectives) > 1 or cfg.name == "none":
+        return optuna.pruners.NopPruner()
+    if cfg.name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=cfg.n_startup_trials, n_warmup_steps=0)
+    if cfg.name == "percentile":
+        return optuna.pruners.PercentilePruner(cfg.percentile, n_startup_trials=cfg.n_startup_trials)
+    if cfg.name == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=max(1, spec.trial.warmup_steps + spec.trial.window()),
+            max_resource=spec.trial.max_steps,
+            reduction_factor=3,
+        )
+    if cfg.name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=max(1, spec.trial.warmup_steps + spec.trial.window()), reduction_factor=3
+        )
+    raise UsageError(f"pruner {cfg.name!r} is not supported")
+
+
+def open_study(
+    spec: StudySpec,
+    space: SearchSpace,
+    storage_url: str | None = None,
+    *,
+    create: bool = True,
+) -> optuna.Study:
+    """Create the study (once) or load it, with the sampler and pruner of the study file."""
+    optuna.logging.set_verbosity(logging.WARNING)
+    url = storage_url or spec.storage_url()
+    storage = make_storage(url)
+    directions = [o.direction or "maximize" for o in spec.objectives]
+    names = [s.study_name for s in storage.get_all_studies()]
+    if spec.name not in names and not create:
+        raise UsageError(f"no study named {spec.name!r} in {_redact(url)}; run `autotune run {spec.source}` first")
+    with contextlib.suppress(optuna.exceptions.DuplicatedStudyError):
+        if spec.name not in names:
+            study = optuna.create_study(
+                storage=storage, study_name=spec.name, directions=directions,
+                sampler=make_sampler(spec, space), pruner=make_pruner(spec),
+            )
+            study.set_metric_names([o.key for o in spec.objectives])
+            study.set_user_attr(
+                "autotune",
+                {"version": __version__, "spec": spec.model_dump(mode="json"), "device": space.device},
+            )
+            return study
+    study = optuna.load_study(
+        study_name=spec.name, storage=storage, sampler=make_sampler(spec, space), pruner=make_pruner(spec)
+    )
+    stored = [d.name.lower() for d in study.directions]
+    if stored != directions:
+        raise UsageError(
+            f"{spec.source}: objectives: the stored study {spec.name!r} was created with directions {stored}, "
+            f"the file now asks for {directions}; rename the study or restore its objectives"
+        )
+    return study
+
+
+def feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    return all(v <= 0 for v in trial.constraints.values())
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

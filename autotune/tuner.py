@@ -1,0 +1,602 @@
+"""The tuning loop: baseline first, then sampler-suggested trials, pruning, confirmation and resume.
+
+The loop (:class:`Tuner`), the decisions (Optuna's sampler and pruner, or autotune's own
+multi-objective rule) and the execution (a :class:`~autotune.trial_runner.Launcher`) are three objects
+passed to each other. Everything is stored in the Optuna study (docs/storage.md), so a study can be
+resumed, read by dashboards, or shared by several tuners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import socket
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.objectives import (
+    DominancePruner,
+    Group,
+    choose_best,
+    config_key,
+    constraint_values,
+    group_measurements,
+    objective_values,
+    pareto_front,
+    window_value,
+)
+from autotune.search_space import SearchSpace, TrialConfig
+from autotune.spec import StudySpec
+from autotune.study import HEARTBEAT_INTERVAL_S, feasible, open_study
+from autotune.trial_runner import (
+    Launcher,
+    Outcome,
+    TrialResult,
+    Window,
+    make_launcher,
+    plan_for,
+    run_trial,
+)
+
+ROLE_BASELINE, ROLE_SEARCH, ROLE_CONFIRM = "baseline", "search", "confirm"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+INTERRUPTED = "interrupted"
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: the running trial was stopped and recorded; ``exit_code`` is 130 or 143."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
+class Observer:
+    """Hooks for progress displays. Every method is optional; all are called from the tuner's thread."""
+
+    def study_opened(self, study: optuna.Study, target: int, done: int) -> None:
+        """The study is loaded; ``done`` of ``target`` search trials are already finished."""
+
+    def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int) -> None:
+        """A trial is about to launch (``index`` counts this run's search trials, 1-based)."""
+
+    def trial_progress(self, elapsed_s: float, windows: list[Window]) -> None:
+        """Called about ten times a second while a trial runs."""
+
+    def trial_finished(self, number: int, role: str, config: TrialConfig, result: TrialResult) -> None:
+        """A trial ended and was stored."""
+
+    def confirming(self, runs: int) -> None:
+        """The confirmation phase starts: ``runs`` re-runs of the top configurations (and the baseline)."""
+
+    def finished(self, summary: TuneSummary) -> None:
+        """The run is over."""
+
+
+@dataclass
+class TuneSummary:
+    """The state of a study: the chosen configuration, how it was measured, and the trial counts."""
+
+    study: optuna.Study
+    best_config: TrialConfig | None
+    best_trial: int | None
+    best: Group | None
+    baseline: Group | None
+    speedup: float | None
+    confirmed: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    pareto_trials: list[int] = field(default_factory=list)
+
+    @property
+    def metric(self) -> str:
+        return "throughput_samples_s"
+
+
+def _worker_identity() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": psutil.Process().create_time()}
+
+
+def _alive(worker: dict[str, Any]) -> bool:
+    try:
+        proc = psutil.Process(int(worker["pid"]))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return "start" not in worker or abs(proc.create_time() - float(worker["start"])) < 1.0
+    except (psutil.Error, KeyError, ValueError, TypeError):
+        return False
+
+
+def counts_toward_budget(trial: FrozenTrial) -> bool:
+    """Finished baseline/search trials count; trials failed because their tuner died are retried instead."""
+    if trial.user_attrs.get("role", ROLE_SEARCH) == ROLE_CONFIRM:
+        return False
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    return trial.state == TrialState.FAIL and trial.user_attrs.get("outcome") not in (None, INTERRUPTED)
+
+
+class Tuner:
+    """Runs (or resumes) a study to its budget, then confirms the best configurations.
+
+    Args:
+        spec: the validated study file.
+        launcher: how trials start; by default the one the study file names.
+        storage_url: overrides the study file's storage.
+        observer: progress hooks (the CLI's live view).
+    """
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        *,
+        launcher: Launcher | None = None,
+        storage_url: str | None = None,
+        observer: Observer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec = spec
+        self.space: SearchSpace = spec.space()
+        self.launcher = launcher
+        self.storage_url = storage_url
+        self.observer = observer or Observer()
+        self.clock = clock
+        self.identity = _worker_identity()
+
+    # -- public ---------------------------------------------------------------------------------------
+    def open(self) -> optuna.Study:
+        return open_study(self.spec, self.space, self.storage_url)
+
+    def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> TuneSummary:
+        """Run until the study holds ``n_trials`` finished trials (baseline included; default: the study
+        file's budget) or ``timeout_s`` passed, then confirm. Raises :class:`Interrupted` on Ctrl-C/SIGTERM
+        after recording the stopped trial."""
+        target = n_trials or self.spec.budget.n_trials or 20
+        timeout_s = timeout_s if timeout_s is not None else self.spec.budget.timeout_s
+        study = self.open()
+        self.recover(study)
+        self.ensure_baseline(study)
+        launcher = self.launcher or make_launcher(self.spec)
+        started = self.clock()
+        with _signals_as_interrupts():
+            try:
+                done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+                self.observer.study_opened(study, target, done)
+                index = 0
+                while done < target:
+                    if timeout_s is not None and self.clock() - started > timeout_s:
+                        break
+                    index += 1
+                    self.run_one(study, launcher, index=index, target=target)
+                    done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+                self.confirm(study, launcher)
+            finally:
+                if self.launcher is None:
+                    launcher.close()
+        summary = summarize(study, self.spec)
+        self.observer.finished(summary)
+        return summary
+
+    # -- recovery and baseline ------------------------------------------------------------------------
+    def recover(self, study: optuna.Study) -> list[int]:
+        """Fail trials left RUNNING by a dead tuner and queue them again. Returns their numbers.
+
+        A tuner on this host that no longer exists is seen at once (its pid); tuners elsewhere are
+        found by their heartbeat going stale (Optuna's RDB heartbeat, ``GRACE_PERIOD_S``).
+        """
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # experimental API notice
+            optuna.storages.fail_stale_trials(study)
+        storage = study._storage
+        recovered = []
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = trial.user_attrs.get("worker")
+            if not isinstance(worker, dict) or worker.get("host") != self.identity["host"] or _alive(worker):
+                continue
+            try:
+                storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
+                storage.set_trial_user_attr(
+                    trial._trial_id, "reason", f"its tuner (pid {worker.get('pid')}) died; retried"
+                )
+                if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+            recovered.append(trial.number)
+            self._retry(study, trial)
+        return recovered
+
+    def _retry(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "config", "confirms")}
+        attrs["retry_of"] = trial.number
+        study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
+
+    def ensure_baseline(self, study: optuna.Study) -> None:
+        """Queue the workload's default configuration as the first trial, once per study."""
+        if any(t.user_attrs.get("role") == ROLE_BASELINE for t in study.get_trials(deepcopy=False)):
+            return
+        config = self.space.default_config(self.spec.baseline)
+        study.enqueue_trial(
+            self._admissible_params(config), user_attrs={"role": ROLE_BASELINE, "config": config.model_dump()}
+        )
+
+    def _admissible_params(self, config: TrialConfig) -> dict[str, Any]:
+        """The config's values of searched knobs that lie inside the space (others cannot be Optuna params)."""
+        distributions = self.space.distributions()
+        params = {}
+        for name, value in self.space.params_of(config).items():
+            dist = distributions[name]
+            with contextlib.suppress(ValueError, TypeError):
+                if dist._contains(dist.to_internal_repr(value)):
+                    params[name] = value
+        return params
+
+    # -- one trial ------------------------------------------------------------------------------------
+    def run_one(self, study: optuna.Study, launcher: Launcher, *, index: int = 0, target: int = 0) -> TrialResult:
+        with warnings.catch_warnings():
+            # Optuna notes that heartbeats are meant for Study.optimize; this loop records them itself.
+            warnings.simplefilter("ignore", UserWarning)
+            trial = study.ask()
+        role = str(trial.user_attrs.get("role", ROLE_SEARCH))
+        if ("config" in trial.user_attrs and role != ROLE_SEARCH) or "retry_of" in trial.user_attrs:
+            config = TrialConfig.model_validate(trial.user_attrs["config"])
+            self._record_params(trial, config)
+        else:
+            config = self.space.suggest(trial)
+        key = config_key(config.model_dump())
+        for name, value in (
+            ("role", role),
+            ("config", config.model_dump()),
+            ("config_key", key),
+            ("worker", self.identity),
+        ):
+            trial.set_user_attr(name, value)
+        trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
+        self.observer.trial_started(trial.number, role, config, index, target)
+        on_window = self._pruning(study, trial) if role == ROLE_SEARCH else None
+        beat = _Heartbeat(study, trial, self.clock)
+
+        def on_tick(elapsed: float, windows: list[Window]) -> None:
+            beat()
+            self.observer.trial_progress(elapsed, windows)
+
+        try:
+            result = run_trial(
+                plan_for(self.spec, config),
+                trial_dir,
+                launcher,
+                max_memory_mb=self.spec.constraints.max_memory_mb,
+                on_window=on_window,
+                on_tick=on_tick,
+            )
+        except (KeyboardInterrupt, Interrupted) as stop:
+            self._tell_interrupted(study, trial)
+            if isinstance(stop, Interrupted):
+                raise
+            raise Interrupted(130) from None
+        except BaseException:
+            with contextlib.suppress(Exception):
+                trial.set_user_attr("outcome", Outcome.CRASHED.value)
+                trial.set_user_attr("reason", "autotune failed while running this trial")
+                study.tell(trial, state=TrialState.FAIL)
+            raise
+        self.tell(study, trial, result)
+        self.observer.trial_finished(trial.number, role, config, result)
+        return result
+
+    def _record_params(self, trial: optuna.Trial, config: TrialConfig) -> None:
+        """Ask Optuna for the enqueued params of a fixed config, so the trial carries them."""
+        fixed = self._admissible_params(config)
+        distributions = self.space.distributions()
+        for name in fixed:
+            dist = distributions[name]
+            if isinstance(dist, optuna.distributions.IntDistribution):
+                trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
+            elif isinstance(dist, optuna.distributions.CategoricalDistribution):
+                trial.suggest_categorical(name, list(dist.choices))
+
+    def _pruning(self, study: optuna.Study, trial: optuna.Trial) -> Callable[[Window], bool] | None:
+        objectives = self.spec.objectives
+        if self.spec.pruner.name == "none":
+            return None
+        if len(objectives) == 1:
+            objective = objectives[0]
+
+            def single(window: Window) -> bool:
+                trial.report(window_value(window, objective), window.step)
+                return bool(trial.should_prune())
+
+            return single
+        rule = DominancePruner(
+            [o.direction or "maximize" for o in objectives], n_startup_trials=self.spec.pruner.n_startup_trials
+        )
+        finished = [
+            [(int(w[0]), _window_values(w, self.spec)) for w in t.user_attrs.get("windows", [])]
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if feasible(t) and t.user_attrs.get("outcome") == Outcome.COMPLETE.value
+        ]
+
+        def multi(window: Window) -> bool:
+            values = [window_value(window, o) for o in objectives]
+            return rule.should_prune(window.step, values, finished)
+
+        return multi
+
+    # -- telling ----------------------------------------------------------------------------------------
+    def tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
+        """Store the result on the trial (docs/storage.md) and finish it with the right state."""
+        attrs: dict[str, Any] = {
+            "outcome": result.outcome.value,
+            "reason": result.reason,
+            "throughput_samples_s": _clean(result.throughput_samples_s),
+            "peak_memory_mb": _clean(result.peak_memory_mb),
+            "loss": _clean(result.loss),
+            "time_to_first_step_s": _clean(result.time_to_first_step_s),
+            "wall_s": round(result.wall_s, 3),
+            "training_s": round(result.training_s, 4),
+            "steps": result.steps,
+            "samples": result.samples,
+            "windows": [
+                [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss)]
+                for w in result.windows
+            ],
+            "trial_dir": result.trial_dir,
+            "error_lines": result.error_lines[-15:],
+        }
+        for name, value in attrs.items():
+            trial.set_user_attr(name, value)
+        outcome = result.outcome
+        if outcome is Outcome.PRUNED:
+            study.tell(trial, state=TrialState.PRUNED)
+            return
+        if outcome in (Outcome.COMPLETE, Outcome.OOM, Outcome.DIVERGED):
+            values = objective_values(result, self.spec.objectives)
+            if values is None and outcome is not Outcome.COMPLETE:
+                values = [self._worst_value(study, o) for o in self.spec.objectives]
+            if values is not None:
+                for name, value in constraint_values(result, self.spec.constraints.max_memory_mb).items():
+                    trial.set_constraint(name, value)
+                study.tell(trial, values)
+                return
+        study.tell(trial, state=TrialState.FAIL)
+
+    def _worst_value(self, study: optuna.Study, objective: Any) -> float:
+        """A value for an infeasible trial that measured nothing: no better than anything measured."""
+        if objective.direction == "maximize":
+            return 0.0
+        seen = [
+            v for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if (v := t.user_attrs.get(objective.key)) is not None
+        ]
+        return float(max(seen) * 2 if seen else 1e9)
+
+    def _tell_interrupted(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        with contextlib.suppress(Exception):
+            trial.set_user_attr("outcome", INTERRUPTED)
+            trial.set_user_attr("reason", "stopped by Ctrl-C or SIGTERM; it is retried on resume")
+            study.tell(trial, state=TrialState.FAIL)
+            self._retry(study, study.get_trials(deepcopy=False)[trial.number])
+
+    # -- confirmation -----------------------------------------------------------------------------------
+    def confirm(self, study: optuna.Study, launcher: Launcher) -> None:
+        """Re-measure the top configurations and the baseline, interleaved, until each has ``repeats``
+        confirmation runs; the summary then picks the best by the median of all its measurements."""
+        spec = self.spec.confirm
+        if spec.top_k == 0:
+            return
+        groups = measured_groups(study, self.spec)
+        if not groups:
+            return
+        candidates = top_groups(groups, self.spec, spec.top_k)
+        baseline = _baseline_group(study, groups)
+        if baseline is not None and all(g.config_key != baseline.config_key for g in candidates):
+            candidates.append(baseline)
+        done = {g.config_key: _confirm_count(study, g.config_key) for g in candidates}
+        runs = sum(max(0, spec.repeats - done[g.config_key]) for g in candidates)
+        if runs == 0:
+            study.set_user_attr("autotune_confirmation", _confirmation_record(study, self.spec))
+            return
+        self.observer.confirming(runs)
+        for repeat in range(spec.repeats):
+            for group in candidates:
+                if done[group.config_key] > repeat:
+                    continue
+                config = TrialConfig.model_validate(group.config)
+                study.enqueue_trial(
+                    self._admissible_params(config),
+                    user_attrs={"role": ROLE_CONFIRM, "config": group.config, "confirms": group.trials[0]},
+                    skip_if_exists=False,
+                )
+                self.run_one(study, launcher)
+        study.set_user_attr("autotune_confirmation", _confirmation_record(study, self.spec))
+
+
+class _Heartbeat:
+    """Records the running trial's heartbeat in the storage every HEARTBEAT_INTERVAL_S."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, clock: Callable[[], float]) -> None:
+        self.storage = study._storage
+        self.trial_id = trial._trial_id
+        self.clock = clock
+        self.last = -math.inf
+
+    def __call__(self) -> None:
+        now = self.clock()
+        if now - self.last >= HEARTBEAT_INTERVAL_S and hasattr(self.storage, "record_heartbeat"):
+            self.last = now
+            with contextlib.suppress(Exception):
+                self.storage.record_heartbeat(self.trial_id)
+
+
+@contextlib.contextmanager
+def _signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM raises Interrupted(143) in the main thread (SIGINT already raises KeyboardInterrupt)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(143)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# ----------------------------------------------------------------------------------------- reading results
+def _clean(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _window_values(window: Sequence[Any], spec: StudySpec) -> list[float]:
+    index = {"throughput_samples_s": 1, "peak_memory_mb": 2, "loss": 3}
+    return [float(window[index[o.key]]) if window[index[o.key]] is not None else math.nan for o in spec.objectives]
+
+
+def measured_groups(study: optuna.Study, spec: StudySpec) -> list[Group]:
+    """Feasible complete measurements grouped by configuration (search, baseline and confirm trials)."""
+    key = spec.objectives[0].key
+    records = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if not feasible(t) or t.user_attrs.get("outcome") != Outcome.COMPLETE.value:
+            continue
+        value = t.user_attrs.get(key)
+        if value is None or "config" not in t.user_attrs:
+            continue
+        records.append(
+            (
+                t.number,
+                str(t.user_attrs.get("config_key") or config_key(t.user_attrs["config"])),
+                dict(t.user_attrs["config"]),
+                float(value),
+                t.user_attrs.get("peak_memory_mb"),
+                t.user_attrs.get("loss"),
+            )
+        )
+    return group_measurements(records)
+
+
+def top_groups(groups: list[Group], spec: StudySpec, k: int) -> list[Group]:
+    """The best ``k`` configurations by median of the first objective (Pareto-optimal ones first when
+    there are several objectives)."""
+    direction = spec.objectives[0].direction or "maximize"
+    reverse = direction == "maximize"
+    ranked = sorted(groups, key=lambda g: g.median, reverse=reverse)
+    if len(spec.objectives) > 1:
+        points = [_group_point(g, spec) for g in ranked]
+        front = set(pareto_front(points, [o.direction or "maximize" for o in spec.objectives]))
+        ranked = [g for i, g in enumerate(ranked) if i in front] + [g for i, g in enumerate(ranked) if i not in front]
+    return ranked[:k]
+
+
+def _group_point(group: Group, spec: StudySpec) -> list[float]:
+    out = []
+    for o in spec.objectives:
+        if o.key == spec.objectives[0].key:
+            out.append(group.median)
+        elif o.key == "peak_memory_mb":
+            out.append(group.peak_memory_mb if group.peak_memory_mb is not None else math.inf)
+        elif o.key == "loss":
+            out.append(group.loss if group.loss is not None else math.inf)
+        else:
+            out.append(math.nan)
+    return out
+
+
+def _baseline_group(study: optuna.Study, groups: list[Group]) -> Group | None:
+    keys = {
+        t.user_attrs.get("config_key")
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("role") == ROLE_BASELINE
+    }
+    return next((g for g in groups if g.config_key in keys), None)
+
+
+def _confirm_count(study: optuna.Study, key: str) -> int:
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+        if t.user_attrs.get("role") == ROLE_CONFIRM
+        and t.user_attrs.get("config_key") == key
+        and t.user_attrs.get("outcome") != INTERRUPTED
+    )
+
+
+def _confirmation_record(study: optuna.Study, spec: StudySpec) -> dict[str, Any]:
+    groups = measured_groups(study, spec)
+    confirmed = {
+        t.user_attrs.get("config_key")
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("role") == ROLE_CONFIRM
+    }
+    candidates = [g for g in groups if g.config_key in confirmed] or groups
+    baseline = _baseline_group(study, groups)
+    pool = [g for g in candidates if baseline is None or g.config_key != baseline.config_key] or candidates
+    best = choose_best(pool, spec.objectives[0].direction or "maximize")
+    return {
+        "best_trial": best.trials[0],
+        "best_config_key": best.config_key,
+        "groups": [g.to_json() for g in candidates],
+        "baseline": baseline.to_json() if baseline else None,
+        "speedup": _speedup(best, baseline, spec),
+        "metric": spec.objectives[0].key,
+    }
+
+
+def _speedup(best: Group, baseline: Group | None, spec: StudySpec) -> float | None:
+    if baseline is None or spec.objectives[0].key != "throughput_samples_s" or baseline.median <= 0:
+        return None
+    return best.median / baseline.median
+
+
+def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
+    """What the study has found so far: the confirmed choice if there is one, else the best median."""
+    trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in trials:
+        if t.state in FINISHED:
+            outcome = str(t.user_attrs.get("outcome", t.state.name.lower()))
+            counts[outcome] = counts.get(outcome, 0) + 1
+        else:
+            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    groups = measured_groups(study, spec)
+    baseline = _baseline_group(study, groups)
+    record = study.user_attrs.get("autotune_confirmation")
+    best: Group | None = None
+    confirmed = False
+    if isinstance(record, dict):
+        best = next((g for g in groups if g.config_key == record.get("best_config_key")), None)
+        confirmed = best is not None
+    if best is None and groups:
+        pool = [g for g in groups if baseline is None or g.config_key != baseline.config_key] or groups
+        best = choose_best(pool, spec.objectives[0].direction or "maximize")
+    pareto: list[int] = []
+    if len(spec.objectives) > 1:
+        with contextlib.suppress(Exception):
+            pareto = [t.number for t in study.best_trials]
+    return TuneSummary(
+        study=study,
+        best_config=TrialConfig.model_validate(best.config) if best else None,
+        best_trial=best.trials[0] if best else None,
+        best=best,
+        baseline=baseline,
+        speedup=_speedup(best, baseline, spec) if best else None,
+        confirmed=confirmed,
+        counts=counts,
+        pareto_trials=pareto,
+    )
