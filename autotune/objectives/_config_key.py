@@ -1,0 +1,32 @@
+"""A stable key of a configuration's ten knob values: equal configurations have equal keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autotune._knobs import KNOBS
+
+
+def config_key(config_json: Mapping[str, object]) -> str:
+    """``batch_size=64,grad_accum=1,...``: the ten knobs in the knob table's order.
+
+    Only knobs enter the key, not the derived values (``lr``, ``global_batch``) or ``device``, so float
+    formatting of derived values never splits a configuration. A whole float knob value reads as the
+    integer (64.0 -> ``64``); booleans are ``true``/``false`` and None is ``none``.
+    """
+    parts = []
+    for name in KNOBS:
+        if name not in config_json:
+            raise ValueError(f"config has no {name!r} knob; give the TrialConfig JSON with all ten knobs")
+        parts.append(f"{name}={_format(config_json[name])}")
+    return ",".join(parts)
+
+
+def _format(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

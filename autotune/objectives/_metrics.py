@@ -1,0 +1,72 @@
+"""What a trial's measurements are worth: objective values, intermediate values and constraints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from autotune.spec import ObjectiveSpec
+from autotune.trial_runner._result import Outcome, TrialResult, Window
+
+#: The constraint names set on every COMPLETE trial (``Trial.set_constraint``; feasible when <= 0).
+CONSTRAINT_NAMES = ("memory", "diverged")
+
+
+def metric_value(result: TrialResult, objective: ObjectiveSpec) -> float | None:
+    """The value of ``objective`` for a trial: its ``throughput_samples_s``, ``peak_memory_mb`` or ``loss``.
+
+    None when the metric was not measured (the trial ended before its first window) or is not a finite
+    number, which Optuna would refuse as an objective value.
+    """
+    value = result.metrics()[objective.key]
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def objective_values(result: TrialResult, objectives: Sequence[ObjectiveSpec]) -> list[float] | None:
+    """The values of all ``objectives``, in order, or None when any of them is missing."""
+    values = []
+    for objective in objectives:
+        value = metric_value(result, objective)
+        if value is None:
+            return None
+        values.append(value)
+    return values
+
+
+def window_value(window: Window, objective: ObjectiveSpec) -> float:
+    """The intermediate value reported to Optuna for one window.
+
+    throughput: the trial's throughput so far (``throughput_samples_s``, all measured steps, not the
+    window's own); peak memory: the peak so far; loss: the window's loss.
+    """
+    if objective.metric == "throughput":
+        return window.throughput_samples_s
+    if objective.metric == "peak_memory_mb":
+        return window.peak_memory_mb
+    return window.loss
+
+
+def window_history(windows: Sequence[Window], objectives: Sequence[ObjectiveSpec]) -> list[tuple[int, list[float]]]:
+    """A trial's ``(step, values)`` per window, the history :class:`DominancePruner` compares at a step."""
+    return [(w.step, [window_value(w, o) for o in objectives]) for w in windows]
+
+
+def constraint_values(result: TrialResult, max_memory_mb: float | None) -> dict[str, float]:
+    """The constraints of a trial, by name (feasible when <= 0), as docs/storage.md defines them.
+
+    ``memory``: with a budget and a known peak, ``peak_memory_mb - max_memory_mb``; otherwise +1 for an
+    oom trial and -1 for any other. An oom trial is always infeasible: if its known peak is within the
+    budget (a device that ran out below the budget) the value is +1. ``diverged``: 1 when the loss became
+    NaN/inf (outcome ``diverged``), else 0.
+    """
+    oom = result.outcome is Outcome.OOM
+    peak = result.peak_memory_mb
+    if max_memory_mb is not None and peak is not None and math.isfinite(peak):
+        memory = peak - max_memory_mb
+        if oom and memory <= 0:
+            memory = 1.0
+    else:
+        memory = 1.0 if oom else -1.0
+    return {"memory": float(memory), "diverged": 1.0 if result.outcome is Outcome.DIVERGED else 0.0}
