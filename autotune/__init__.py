@@ -1,12 +1,20 @@
 """autotune: calibrate distributed PyTorch training before it runs."""
 
+from typing import TYPE_CHECKING, Any
+
 from autotune.errors import AutotuneError, LaunchError, StudyFileError, UsageError, WorkloadError
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec, load_spec
 from autotune.workload import Workload
 
+if TYPE_CHECKING:
+    from autotune.calibration import Calibration, calibrate, load_calibration
+
+__version__ = "0.1.0"
+
 __all__ = [
     "AutotuneError",
+    "Calibration",
     "LaunchError",
     "StudyFileError",
     "StudySpec",
@@ -14,6 +22,18 @@ __all__ = [
     "UsageError",
     "Workload",
     "WorkloadError",
+    "calibrate",
+    "load_calibration",
     "load_spec",
 ]
-__version__ = "0.1.0"
+
+_LAZY = {"Calibration", "calibrate", "load_calibration"}
+
+
+def __getattr__(name: str) -> Any:
+    # calibrate() pulls in Optuna and the tuner; a trial's ranks import autotune too and need neither.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module("autotune.calibration"), name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")

@@ -149,7 +149,8 @@ def open_study(
                 storage=storage, study_name=spec.name, directions=directions,
                 sampler=make_sampler(spec, space), pruner=make_pruner(spec),
             )
-            study.set_metric_names([o.key for o in spec.objectives])
+            with _quiet():
+                study.set_metric_names([o.key for o in spec.objectives])
             study.set_user_attr(
                 "autotune",
                 {"version": __version__, "spec": spec.model_dump(mode="json"), "device": space.device},

@@ -320,7 +320,7 @@ class Tuner:
             [o.direction or "maximize" for o in objectives], n_startup_trials=self.spec.pruner.n_startup_trials
         )
         finished = [
-            [(int(w[0]), _window_values(w, self.spec)) for w in t.user_attrs.get("windows", [])]
+            [(int(w[0]), values) for w in t.user_attrs.get("windows", []) if (values := _window_values(w, self.spec))]
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if feasible(t) and t.user_attrs.get("outcome") == Outcome.COMPLETE.value
         ]
@@ -463,9 +463,11 @@ def _clean(value: float | None) -> float | None:
     return float(value)
 
 
-def _window_values(window: Sequence[Any], spec: StudySpec) -> list[float]:
+def _window_values(window: Sequence[Any], spec: StudySpec) -> list[float] | None:
+    """A stored window's objective values, or None when one was not measured (it then cannot compare)."""
     index = {"throughput_samples_s": 1, "peak_memory_mb": 2, "loss": 3}
-    return [float(window[index[o.key]]) if window[index[o.key]] is not None else math.nan for o in spec.objectives]
+    values = [window[index[o.key]] for o in spec.objectives]
+    return None if any(v is None for v in values) else [float(v) for v in values]
 
 
 def measured_groups(study: optuna.Study, spec: StudySpec) -> list[Group]:

@@ -1,0 +1,229 @@
+"""``autotune.calibrate()``: the first step of a training launcher.
+
+It runs (or resumes) the study and returns a :class:`Calibration`: the chosen configuration with the
+helpers a training script applies directly — DataLoader and DDP keyword arguments, an autocast
+context, a GradScaler, activation checkpointing, the learning rate and the torchrun arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UsageError
+from autotune.search_space import TrialConfig
+from autotune.spec import StudySpec, load_spec, parse_spec
+from autotune.tuner import Observer, TuneSummary, Tuner
+
+__all__ = ["Calibration", "calibrate", "load_calibration"]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The configuration a study chose, and how to apply it.
+
+    Attributes:
+        config: the chosen knobs and derived values (``lr``, ``global_batch``).
+        study: the Optuna study it came from.
+        throughput_samples_s: median throughput of the chosen configuration over its measurements.
+        spread: (max - min) / median of those measurements.
+        speedup: chosen median over the baseline's median (None without a measured baseline).
+        confirmed: whether the choice was confirmed by re-runs.
+    """
+
+    config: TrialConfig
+    study: Any
+    throughput_samples_s: float | None = None
+    spread: float | None = None
+    peak_memory_mb: float | None = None
+    loss: float | None = None
+    speedup: float | None = None
+    baseline_throughput_samples_s: float | None = None
+    confirmed: bool = False
+
+    # -- the numbers ------------------------------------------------------------------------------------
+    @property
+    def lr(self) -> float:
+        """The scaled learning rate: ``base_lr * f(global_batch / base_batch_size)``."""
+        return self.config.lr
+
+    @property
+    def batch_size(self) -> int:
+        """Per-rank micro-batch."""
+        return self.config.batch_size
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.global_batch
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimizer step; use ``model.no_sync()`` on all but the last."""
+        return self.config.grad_accum
+
+    @property
+    def world_size(self) -> int:
+        return self.config.world_size
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``torch.utils.data.DataLoader`` (add your dataset and sampler)."""
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "batch_size": cfg.batch_size,
+            "num_workers": cfg.num_workers,
+            "pin_memory": cfg.pin_memory,
+            "drop_last": True,
+        }
+        if cfg.num_workers > 0:
+            kwargs["prefetch_factor"] = cfg.prefetch_factor
+            kwargs["persistent_workers"] = True
+        return kwargs
+
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``DistributedDataParallel`` (add ``device_ids`` on CUDA)."""
+        return {"bucket_cap_mb": self.config.bucket_cap_mb}
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The autocast context of the chosen AMP mode (a no-op context when AMP is off)."""
+        if self.config.amp == "off":
+            return contextlib.nullcontext()
+        import torch
+
+        dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
+        return torch.autocast(self.config.device, dtype=dtype)
+
+    def grad_scaler(self) -> Any:
+        """A ``torch.amp.GradScaler`` for fp16, else None."""
+        if self.config.amp != "fp16":
+            return None
+        import torch
+
+        return torch.amp.GradScaler("cuda")
+
+    def apply_activation_checkpointing(self, model: Any, module_types: Iterable[type]) -> Any:
+        """Wrap every module of ``module_types`` in ``model`` for activation checkpointing (when chosen)."""
+        if not self.config.activation_checkpointing:
+            return model
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl,
+            apply_activation_checkpointing,
+            checkpoint_wrapper,
+        )
+
+        types = tuple(module_types)
+        apply_activation_checkpointing(
+            model,
+            checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, types),
+        )
+        return model
+
+    def torch_threads(self) -> int:
+        """Intra-op threads per rank on CPU, as the trials used them."""
+        from autotune.trial_runner._training import compute_threads
+
+        return compute_threads(self.config.world_size, self.config.num_workers)
+
+    def torchrun_args(self) -> list[str]:
+        """Arguments for torchrun on one machine: ``["--nproc-per-node=W"]``."""
+        return [f"--nproc-per-node={self.config.world_size}"]
+
+    def to_json(self) -> str:
+        """The configuration as JSON (for passing to ranks, e.g. through an environment variable)."""
+        return self.config.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        """Rebuild a Calibration from :meth:`to_json` (in a rank: the helpers work, ``study`` is None)."""
+        return cls(config=TrialConfig.model_validate_json(text), study=None)
+
+    def summary(self) -> str:
+        speed = f", {self.speedup:.2f}x the baseline" if self.speedup else ""
+        through = f"{self.throughput_samples_s:,.0f} samples/s" if self.throughput_samples_s else "unmeasured"
+        return f"{self.config.short()} ({through}{speed})"
+
+
+def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
+    if summary.best_config is None or summary.best is None:
+        raise UsageError(
+            f"{spec.source}: no trial of study {spec.name!r} completed, so there is nothing to apply; "
+            "see `autotune status` for what went wrong"
+        )
+    return Calibration(
+        config=summary.best_config,
+        study=summary.study,
+        throughput_samples_s=summary.best.median,
+        spread=summary.best.spread,
+        peak_memory_mb=summary.best.peak_memory_mb,
+        loss=summary.best.loss,
+        speedup=summary.speedup,
+        baseline_throughput_samples_s=summary.baseline.median if summary.baseline else None,
+        confirmed=summary.confirmed,
+    )
+
+
+def _resolve(study: str | os.PathLike[str] | StudySpec, overrides: Mapping[str, Any]) -> StudySpec:
+    sets = [f"{key.replace('__', '.')}={json.dumps(value)}" for key, value in overrides.items()]
+    if isinstance(study, StudySpec):
+        if not sets:
+            return study
+        document = study.model_dump(mode="json", exclude_none=True)
+        spec = parse_spec(document, source=study.source, base_dir=study.base_dir, overrides=sets)
+        return spec
+    if isinstance(study, (str, os.PathLike)):
+        return load_spec(Path(study), overrides=sets)
+    raise UsageError(f"calibrate() takes a study file path or a StudySpec, not {type(study).__name__}")
+
+
+def _refuse_inside_a_rank() -> None:
+    with contextlib.suppress(ImportError):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            raise UsageError(
+                "calibrate() runs trials with torchrun and belongs in the launcher, before the ranks start; "
+                "in a rank, read the result with autotune.load_calibration(STUDY_FILE)"
+            )
+
+
+def calibrate(
+    study: str | os.PathLike[str] | StudySpec,
+    *,
+    n_trials: int | None = None,
+    timeout_s: float | None = None,
+    observer: Observer | None = None,
+    **overrides: Any,
+) -> Calibration:
+    """Run (or resume) the study and return the chosen configuration, ready to apply.
+
+    Args:
+        study: a study file path or a :class:`~autotune.StudySpec`.
+        n_trials: trials the study should hold (default: its budget); an existing study resumes.
+        timeout_s: stop searching after this many seconds.
+        observer: progress hooks (see :class:`autotune.tuner.Observer`); silent by default.
+        **overrides: study-file keys, nested with a double underscore: ``trial__max_steps=20``,
+            ``storage="sqlite:///x.db"``, ``budget__n_trials=8``.
+
+    Raises:
+        UsageError: bad input (study file, overrides) or when called inside a distributed rank.
+    """
+    _refuse_inside_a_rank()
+    spec = _resolve(study, overrides)
+    summary = Tuner(spec, observer=observer).run(n_trials=n_trials, timeout_s=timeout_s)
+    return _from_summary(summary, spec)
+
+
+def load_calibration(study: str | os.PathLike[str] | StudySpec, **overrides: Any) -> Calibration:
+    """The configuration an existing study chose, without running anything (e.g. inside a rank)."""
+    from autotune.study import open_study
+    from autotune.tuner import summarize
+
+    spec = _resolve(study, overrides)
+    stored = open_study(spec, spec.space(), create=False)
+    return _from_summary(summarize(stored, spec), spec)

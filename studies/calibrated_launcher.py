@@ -1,0 +1,80 @@
+"""A training launcher whose first step is autotune.calibrate().
+
+    python studies/calibrated_launcher.py                  # calibrate (or reuse the study), then train
+    python studies/calibrated_launcher.py --n-trials 4 --steps 50
+
+The launcher calibrates on studies/quickstart.yaml, then starts torchrun with the chosen number of ranks;
+each rank rebuilds the Calibration from an environment variable and applies it: DataLoader and DDP
+keyword arguments, autocast, gradient accumulation with no_sync, and the scaled learning rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import autotune
+
+STUDY = Path(__file__).with_name("quickstart.yaml")
+
+
+def launch(n_trials: int | None, steps: int) -> int:
+    calibration = autotune.calibrate(STUDY, n_trials=n_trials)
+    print(f"calibrated: {calibration.summary()}", flush=True)
+    env = {**os.environ, "AUTOTUNE_CALIBRATION": calibration.to_json()}
+    command = [sys.executable, "-m", "torch.distributed.run", *calibration.torchrun_args(),
+               "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", __file__, "--train", "--steps", str(steps)]
+    return subprocess.run(command, env=env, check=False).returncode
+
+
+def train(steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    calibration = autotune.Calibration.from_json(os.environ["AUTOTUNE_CALIBRATION"])
+    dist.init_process_group("gloo")
+    torch.set_num_threads(calibration.torch_threads())
+    spec = autotune.load_spec(STUDY)
+    workload = spec.load_workload()  # the same MLP the study calibrated
+    dataset = workload.dataset()
+    sampler = DistributedSampler(dataset, drop_last=True)
+    loader = DataLoader(dataset, sampler=sampler, **calibration.dataloader_kwargs())
+    model = calibration.apply_activation_checkpointing(workload.model(), workload.checkpoint_modules)
+    model = DistributedDataParallel(model, **calibration.ddp_kwargs())
+    optimizer = workload.optimizer(model.parameters(), calibration.lr)
+    batches = iter(loader)
+    for step in range(steps):
+        for micro in range(calibration.grad_accum):
+            last = micro == calibration.grad_accum - 1
+            # Gradients are all-reduced only on the last micro-batch: forward and backward under no_sync.
+            with contextlib.nullcontext() if last else model.no_sync():
+                with calibration.autocast():
+                    loss = workload.loss(model, next(batches))
+                (loss.float() / calibration.grad_accum).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if dist.get_rank() == 0 and (step % 10 == 0 or step == steps - 1):
+            print(f"step {step}: loss {loss.item():.4f}", flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train", action="store_true", help="(internal) run as a torchrun rank")
+    parser.add_argument("--n-trials", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=100)
+    args = parser.parse_args()
+    if args.train:
+        train(args.steps)
+    else:
+        sys.exit(launch(args.n_trials, args.steps))
+
+
+if __name__ == "__main__":
+    main()

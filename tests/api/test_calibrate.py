@@ -1,0 +1,114 @@
+"""autotune.calibrate(): a real (tiny) study, then the helpers a training script applies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+import autotune
+
+HERE = Path(__file__).parent
+FAULTY = HERE.parent / "trial_runner" / "faulty.py"
+ROOT = HERE.parent.parent
+
+
+def _study(tmp_path: Path) -> Path:
+    (tmp_path / "faulty.py").write_text(FAULTY.read_text())
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        """
+name: api
+workload: {entrypoint: faulty.py:build, args: {work: 20}}
+search_space:
+  batch_size: {choices: [16, 64]}
+  num_workers: {choices: [0, 1]}
+  amp: {choices: [off, bf16]}
+  grad_accum: {choices: [1, 2]}
+trial: {warmup_steps: 2, max_steps: 10, max_seconds: 40, report_every: 2}
+sampler: {name: random, seed: 3}
+pruner: {name: none}
+budget: {n_trials: 3}
+confirm: {top_k: 1, repeats: 1}
+"""
+    )
+    return study
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[autotune.Calibration, Path]:
+    study = _study(tmp_path_factory.mktemp("api"))
+    return autotune.calibrate(study), study
+
+
+def test_calibrate_returns_the_studys_choice(calibrated: tuple[autotune.Calibration, Path]) -> None:
+    calibration, _ = calibrated
+    assert calibration.study is not None
+    trials = calibration.study.get_trials()
+    assert sum(t.user_attrs.get("role") != "confirm" for t in trials) == 3
+    assert calibration.confirmed
+    chosen = [t for t in trials if autotune.TrialConfig.model_validate(t.user_attrs["config"]) == calibration.config]
+    assert len(chosen) >= 2  # measured in the search and re-measured in the confirmation
+    assert calibration.throughput_samples_s and calibration.throughput_samples_s > 0
+    assert calibration.speedup is not None and calibration.baseline_throughput_samples_s
+
+
+def test_helpers_build_a_working_dataloader_and_ddp_model(
+    calibrated: tuple[autotune.Calibration, Path], tmp_path: Path
+) -> None:
+    calibration, study = calibrated
+    cfg = calibration.config
+    workload = autotune.load_spec(study).load_workload()
+    loader = DataLoader(workload.dataset(), **calibration.dataloader_kwargs())
+    assert loader.batch_size == cfg.batch_size and loader.num_workers == cfg.num_workers
+    x, y = next(iter(loader))
+    assert x.shape[0] == cfg.batch_size
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(workload.model(), **calibration.ddp_kwargs())
+        assert model.bucket_bytes_cap == cfg.bucket_cap_mb * 2**20
+        optimizer = workload.optimizer(model.parameters(), calibration.lr)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(cfg.lr)
+        with calibration.autocast():
+            assert torch.is_autocast_enabled("cpu") == (cfg.amp == "bf16")
+            loss = workload.loss(model, (x, y))
+        loss.float().backward()
+        optimizer.step()
+    finally:
+        dist.destroy_process_group()
+    assert calibration.grad_scaler() is None  # fp16 only
+    assert calibration.torchrun_args() == [f"--nproc-per-node={cfg.world_size}"]
+    again = autotune.Calibration.from_json(calibration.to_json())
+    assert again.config == cfg and again.dataloader_kwargs() == calibration.dataloader_kwargs()
+
+
+def test_load_calibration_reads_without_running(calibrated: tuple[autotune.Calibration, Path]) -> None:
+    calibration, study = calibrated
+    loaded = autotune.load_calibration(study)
+    assert loaded.config == calibration.config
+    assert len(loaded.study.get_trials()) == len(calibration.study.get_trials())
+
+
+def test_calibrate_bad_override_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(autotune.UsageError, match="trial.max_stepz"):
+        autotune.calibrate(_study(tmp_path), trial__max_stepz=3)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
+    example = ROOT / "studies" / "calibrated_launcher.py"
+    (tmp_path / "calibrated_launcher.py").write_text(example.read_text())
+    quick = (ROOT / "studies" / "quickstart.yaml").read_text()
+    (tmp_path / "quickstart.yaml").write_text(quick.replace("max_steps: 50", "max_steps: 15"))
+    out = subprocess.run([sys.executable, str(tmp_path / "calibrated_launcher.py"), "--n-trials", "2",
+                          "--steps", "12"], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "calibrated: " in out.stdout and "x the baseline" in out.stdout
+    losses = [float(line.split("loss ")[1]) for line in out.stdout.splitlines() if line.startswith("step ")]
+    assert len(losses) == 3 and losses[-1] < losses[0]
