@@ -18,7 +18,7 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec, load_spec, parse_spec
-from autotune.tuner import Observer, TuneSummary, Tuner
+from autotune.tuner import Observer, Tuner, TuneSummary
 
 __all__ = ["Calibration", "calibrate", "load_calibration"]
 

@@ -95,7 +95,7 @@ def test_load_calibration_reads_without_running(calibrated: tuple[autotune.Calib
 
 
 def test_calibrate_bad_override_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(autotune.UsageError, match="trial.max_stepz"):
+    with pytest.raises(autotune.UsageError, match=r"trial\.max_stepz"):
         autotune.calibrate(_study(tmp_path), trial__max_stepz=3)
     assert not (tmp_path / "runs").exists()
 
