@@ -151,7 +151,7 @@ class RunView(Observer):
             style = OUTCOME_STYLE.get(outcome, "white")
             self.console.print(
                 f"#{number:<3} {role:<8} [{style}]{outcome:<9}[/] {row[3]:>10} samples/s {ratio:>6}  "
-                f"{row[5]:>6} MB  {result.reason if outcome != 'complete' else config.short()}",
+                f"{row[5]:>6} MB  {config.short()}{'' if outcome == 'complete' else f'  ({result.reason})'}",
                 highlight=False,
                 soft_wrap=True,
             )

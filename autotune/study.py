@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -111,10 +112,14 @@ def make_pruner(spec: StudySpec) -> BasePruner:
     cfg = spec.pruner
     if len(spec.objectives) > 1 or cfg.name == "none":
         return optuna.pruners.NopPruner()
+    # The first measured window is the noisiest (workers spinning up, caches cold): judge from the second on.
+    warmup = spec.trial.warmup_steps + spec.trial.window()
     if cfg.name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=cfg.n_startup_trials, n_warmup_steps=0)
+        return optuna.pruners.MedianPruner(n_startup_trials=cfg.n_startup_trials, n_warmup_steps=warmup)
     if cfg.name == "percentile":
-        return optuna.pruners.PercentilePruner(cfg.percentile, n_startup_trials=cfg.n_startup_trials)
+        return optuna.pruners.PercentilePruner(
+            cfg.percentile, n_startup_trials=cfg.n_startup_trials, n_warmup_steps=warmup
+        )
     if cfg.name == "hyperband":
         return optuna.pruners.HyperbandPruner(
             min_resource=max(1, spec.trial.warmup_steps + spec.trial.window()),
@@ -138,11 +143,14 @@ def open_study(
     """Create the study (once) or load it, with the sampler and pruner of the study file."""
     optuna.logging.set_verbosity(logging.WARNING)
     url = storage_url or spec.storage_url()
+    missing = UsageError(f"no study named {spec.name!r} in {_redact(url)}; run `autotune run {spec.source}` first")
+    if not create and _missing_sqlite_file(url):
+        raise missing  # opening it would create an empty database file
     storage = make_storage(url)
     directions = [o.direction or "maximize" for o in spec.objectives]
     names = [s.study_name for s in storage.get_all_studies()]
     if spec.name not in names and not create:
-        raise UsageError(f"no study named {spec.name!r} in {_redact(url)}; run `autotune run {spec.source}` first")
+        raise missing
     with contextlib.suppress(optuna.exceptions.DuplicatedStudyError):
         if spec.name not in names:
             study = optuna.create_study(
@@ -166,6 +174,16 @@ def open_study(
             f"the file now asks for {directions}; rename the study or restore its objectives"
         )
     return study
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    with contextlib.suppress(Exception):
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+            return not os.path.exists(parsed.database)
+    return False
 
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:
