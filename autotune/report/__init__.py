@@ -1,0 +1,79 @@
+"""Reports of a study: data first (pure functions over an Optuna study), then plotly figures, then one
+self-contained HTML file; plus optuna-dashboard on the study's storage and the trials' logs as artifacts.
+
+``write_report(spec)`` writes ``dashboards/<name>.html``; ``serve_dashboard(spec)`` serves the live
+dashboard; the tuner calls ``attach_trial_artifacts`` for every trial before telling Optuna its result.
+"""
+
+from autotune.report._artifacts import artifact_store_for, artifacts_dir, attach_trial_artifacts
+from autotune.report._dashboard import DashboardError, dashboard_url, is_loopback, serve_dashboard
+from autotune.report._data import (
+    BatchData,
+    FeasibilityData,
+    Headline,
+    HistoryData,
+    ImportanceData,
+    IntermediateData,
+    Measured,
+    ParallelData,
+    ParetoData,
+    ReportData,
+    TimelineBar,
+    TrialsTable,
+    feasibility_data,
+    headline_data,
+    history_data,
+    importance_data,
+    intermediate_data,
+    memory_vs_batch_data,
+    parallel_data,
+    pareto_data,
+    report_data,
+    throughput_vs_batch_data,
+    timeline_data,
+    trials_table_data,
+)
+from autotune.report._html import default_report_path, render_html, write_report
+from autotune.report._records import TrialRecord, trial_records
+from autotune.report._study import StudyNotFoundError, open_study
+
+__all__ = [
+    "BatchData",
+    "DashboardError",
+    "FeasibilityData",
+    "Headline",
+    "HistoryData",
+    "ImportanceData",
+    "IntermediateData",
+    "Measured",
+    "ParallelData",
+    "ParetoData",
+    "ReportData",
+    "StudyNotFoundError",
+    "TimelineBar",
+    "TrialRecord",
+    "TrialsTable",
+    "artifact_store_for",
+    "artifacts_dir",
+    "attach_trial_artifacts",
+    "dashboard_url",
+    "default_report_path",
+    "feasibility_data",
+    "headline_data",
+    "history_data",
+    "importance_data",
+    "intermediate_data",
+    "is_loopback",
+    "memory_vs_batch_data",
+    "open_study",
+    "parallel_data",
+    "pareto_data",
+    "render_html",
+    "report_data",
+    "serve_dashboard",
+    "throughput_vs_batch_data",
+    "timeline_data",
+    "trial_records",
+    "trials_table_data",
+    "write_report",
+]

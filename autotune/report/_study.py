@@ -1,0 +1,63 @@
+"""Open a study file's Optuna study for reading, with one-line errors when it is not there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from autotune.errors import UsageError
+from autotune.spec import StudySpec
+
+__all__ = ["StudyNotFoundError", "open_study", "redacted_storage"]
+
+
+class StudyNotFoundError(UsageError):
+    """The study file's storage has no study of that name (or cannot be opened). Exit status 2."""
+
+
+def redacted_storage(url: str) -> str:
+    """The storage URL with any password hidden, for messages."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<storage>"
+
+
+def open_study(spec: StudySpec) -> optuna.Study:
+    """Load the spec's study from ``spec.storage_url()`` without creating anything.
+
+    An SQLite file that does not exist is reported, not created (Optuna would create an empty one).
+    """
+    url = spec.storage_url()
+    shown = redacted_storage(url)
+    missing = f"no study named {spec.name!r} in {shown}; run `autotune run {spec.source}` first"
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" and not Path(database).is_file():
+        raise StudyNotFoundError(missing)
+    try:
+        storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
+        return optuna.load_study(study_name=spec.name, storage=storage)
+    except KeyError:
+        raise StudyNotFoundError(missing) from None
+    except Exception as e:  # sqlalchemy's, Optuna's and the drivers' errors share no useful base
+        if _no_tables(e):  # a database that holds no Optuna study at all
+            raise StudyNotFoundError(missing) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise StudyNotFoundError(f"cannot read the storage {shown}: {type(e).__name__}: {first}") from e
+
+
+def _no_tables(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        if "no such table" in text or ("relation" in text and "does not exist" in text):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
