@@ -257,6 +257,10 @@ class LauncherSpec(BaseModel):
     model_config = _STRICT
     kind: Literal["local", "slurm"] = Field("local", description="local | slurm")
     device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu | cuda | auto")
+    start: Literal["warm", "torchrun"] = Field(
+        "warm",
+        description="local: fork ranks from a warm interpreter (fast) or start a cold torchrun per trial",
+    )
     nodes: int = Field(1, ge=1, description="SLURM: nodes per trial")
     partition: str | None = Field(None, description="SLURM: partition to submit to")
     time: str | None = Field(None, description="SLURM: time limit of the allocation, e.g. 00:10:00")

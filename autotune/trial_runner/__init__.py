@@ -9,6 +9,7 @@ from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._result import Outcome, TrialResult, Window
+from autotune.trial_runner._warm import WarmLauncher
 
 __all__ = [
     "Launcher",
@@ -21,6 +22,7 @@ __all__ = [
     "TickCallback",
     "TrialPlan",
     "TrialResult",
+    "WarmLauncher",
     "Window",
     "WindowCallback",
     "make_launcher",

@@ -12,7 +12,11 @@ def make_launcher(spec: Any) -> Launcher:
     """The launcher of ``spec.launcher.kind``."""
     kind = spec.launcher.kind
     if kind == "local":
-        from autotune.trial_runner._local import LocalLauncher
+        if spec.launcher.start == "torchrun":
+            from autotune.trial_runner._local import LocalLauncher
 
-        return LocalLauncher()
+            return LocalLauncher()
+        from autotune.trial_runner._warm import WarmLauncher
+
+        return WarmLauncher()
     raise UsageError(f"{spec.source}: launcher.kind: {kind!r} is not available in this version; use local")

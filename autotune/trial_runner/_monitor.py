@@ -288,6 +288,7 @@ def run_trial(
         result.steps = int(done.get("steps", result.steps))
         result.samples = int(done.get("samples", result.samples))
         result.training_s = float(done.get("training_s") or 0.0)
+        result.training_span_s = float(done.get("training_span_s") or 0.0)
         if done.get("time_to_first_step_s") is not None:
             result.time_to_first_step_s = float(done["time_to_first_step_s"])
         if result.loss is None and done.get("loss") is not None:

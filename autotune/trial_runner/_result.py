@@ -54,9 +54,15 @@ class TrialResult:
     time_to_first_step_s: float | None = None
     wall_s: float = 0.0  # launch -> every process of the trial gone
     training_s: float = 0.0  # time inside measured (post-warm-up) steps, the slowest rank's
+    training_span_s: float = 0.0  # the training loop's wall-clock span, warm-up included (rank 0)
     windows: list[Window] = field(default_factory=list)
     error_lines: list[str] = field(default_factory=list)
     trial_dir: str = ""
+
+    @property
+    def overhead_s(self) -> float | None:
+        """Wall time not spent in the training loop: launch, imports, rendezvous, build, teardown."""
+        return self.wall_s - self.training_span_s if self.training_span_s else None
 
     def metrics(self) -> dict[str, float | None]:
         return {

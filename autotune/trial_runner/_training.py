@@ -310,6 +310,7 @@ class Trainer:
         outcome = "complete"
         reason = f"{max_steps} steps"
         last_loss: float | None = None
+        training_started_at = time.time()
         while step < max_steps:
             start = time.perf_counter()
             loss = self.step(batches)
@@ -383,6 +384,8 @@ class Trainer:
             "loss": last_loss,
             "peak_memory_mb": peak,
             "time_to_first_step_s": first_step_s,
+            # wall-clock span of the training loop (epoch seconds), so launch overhead = wall - span
+            "training_span_s": time.time() - training_started_at,
         }
 
     def write_applied(self) -> None:

@@ -1,4 +1,5 @@
-"""Real torchrun trials at world sizes 1 and 2: knobs applied, metrics measured, faults contained."""
+"""Real trials at world sizes 1 and 2, through the warm launcher and cold torchrun: knobs applied,
+metrics measured, faults contained."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from autotune.trial_runner import Outcome
 from .conftest import RunFaulty, wait_no_leftovers
 
 
-def test_complete_trial_reports_windows_and_metrics(run_faulty: RunFaulty) -> None:
-    result, trial_dir = run_faulty(limits={"report_every": 3})
+@pytest.mark.parametrize("kind", ["warm", "torchrun"])
+def test_complete_trial_reports_windows_and_metrics(run_faulty: RunFaulty, kind: str) -> None:
+    result, trial_dir = run_faulty(kind=kind, limits={"report_every": 3})
     assert result.outcome is Outcome.COMPLETE, result.reason
     lines = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
     # warm-up 2, 18 measured steps in windows of 3
@@ -29,6 +31,7 @@ def test_complete_trial_reports_windows_and_metrics(run_faulty: RunFaulty) -> No
     assert result.peak_memory_mb and 50 < result.peak_memory_mb < 4000
     assert result.time_to_first_step_s and 0 < result.time_to_first_step_s < result.wall_s
     assert for_each_key(lines, "throughput_samples_s")
+    assert result.overhead_s is not None and 0 < result.overhead_s < result.wall_s
     for name in ("config.json", "rank0.log", "launcher.err", "result.json", "done.json"):
         assert (trial_dir / name).exists(), name
     assert not wait_no_leftovers(trial_dir)
@@ -38,10 +41,11 @@ def for_each_key(lines: list[dict[str, float]], key: str) -> bool:
     return all(key in line and line[key] > 0 for line in lines)
 
 
-def test_every_knob_is_applied_at_world_size_2(run_faulty: RunFaulty) -> None:
+@pytest.mark.parametrize("kind", ["warm", "torchrun"])
+def test_every_knob_is_applied_at_world_size_2(run_faulty: RunFaulty, kind: str) -> None:
     knobs = {"num_workers": 2, "prefetch_factor": 4, "bucket_cap_mb": 1, "amp": "bf16",
              "activation_checkpointing": True, "grad_accum": 2, "lr_scaling": "linear", "batch_size": 16}
-    result, trial_dir = run_faulty(world_size=2, knobs=knobs, trace=True, limits={"max_steps": 8})
+    result, trial_dir = run_faulty(kind=kind, world_size=2, knobs=knobs, trace=True, limits={"max_steps": 8})
     assert result.outcome is Outcome.COMPLETE, result.reason
     applied = json.loads((trial_dir / "applied.json").read_text())
     assert applied["dataloader"] == {"batch_size": 16, "num_workers": 2, "prefetch_factor": 4,
@@ -50,6 +54,7 @@ def test_every_knob_is_applied_at_world_size_2(run_faulty: RunFaulty) -> None:
     assert applied["ddp_bucket_bytes_cap"] == 1 * 2**20
     assert applied["autocast_enabled"] is True and applied["autocast_dtype"] == "bfloat16"
     assert applied["checkpoint_wrappers"] == 2  # the two Blocks of faulty.Net
+    assert applied["torch_threads"] == 1  # 2 cores / 2 ranks, less 2 DataLoader workers, at least 1
     # global batch 16 * 2 accum * 2 ranks = 64 = 2x base 32 -> linear lr = 2 * 1e-2
     assert applied["optimizer_lr"] == [pytest.approx(2e-2)]
     # the bucket all-reduces only on the last micro-batch of each step
@@ -128,3 +133,12 @@ def test_dataset_smaller_than_a_batch_is_a_clear_crash(run_faulty: RunFaulty) ->
     result, _ = run_faulty(samples=10)
     assert result.outcome is Outcome.CRASHED
     assert "fewer than one batch" in result.reason
+
+
+@pytest.mark.parametrize(("fault", "expected"), [("segfault", Outcome.CRASHED), ("hang", Outcome.HANG)])
+def test_cold_torchrun_contains_faults_too(run_faulty: RunFaulty, fault: str, expected: Outcome) -> None:
+    result, trial_dir = run_faulty(fault, kind="torchrun", world_size=2, rank=1, limits={"max_steps": 400})
+    assert result.outcome is expected, (result.reason, result.error_lines)
+    if fault == "segfault":
+        assert result.reason == "rank 1 killed by SIGSEGV"
+    assert not wait_no_leftovers(trial_dir)

@@ -1,0 +1,164 @@
+"""The warm local launcher: ranks forked from an interpreter that already imported torch.
+
+A cold torchrun trial spends 3.5 s (one rank) to 6 s (four ranks) before its first step, most of it
+importing torch and torch._dynamo in every rank. This launcher keeps one warm process (the zygote, see
+``_zygote.py``) per study and forks each trial from it, keeping the contract of the launcher base class:
+the same worker program, torch.distributed's env:// rendezvous, a process session per trial, and
+nothing left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from autotune.errors import LaunchError
+from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._local import ProcessTreeHandle, _die_with_tuner, become_subreaper, trial_environment
+from autotune.trial_runner._plan import TrialPlan
+from autotune.trial_runner._zygote import ERR_FILE, EXIT_FILE
+
+READY_TIMEOUT_S = 120.0
+REPLY_TIMEOUT_S = 30.0
+
+
+class _Leader:
+    """A trial's leader process, which is the zygote's child, not ours: a Popen look-alike for it."""
+
+    def __init__(self, pid: int, trial_dir: Path) -> None:
+        self.pid = pid
+        self.trial_dir = trial_dir
+        self.returncode: int | None = None
+        try:
+            self._proc: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+
+    def _running(self) -> bool:
+        if self._proc is None:
+            return False
+        try:
+            return self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if self._running():
+            return None
+        try:
+            self.returncode = int((self.trial_dir / EXIT_FILE).read_text().strip())
+        except (OSError, ValueError):
+            self.returncode = -signal.SIGKILL  # gone without a word: killed
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"leader {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+        return code
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(psutil.Error):
+                self._proc.kill()
+
+
+class WarmLauncher(Launcher):
+    """Forks each trial from a warm zygote. The default local launcher (``launcher.kind: local``)."""
+
+    name = "local"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.extra_env = env or {}
+        self._zygote: subprocess.Popen[bytes] | None = None
+        become_subreaper()
+
+    def _start(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
+        if self._zygote is not None and self._zygote.poll() is None:
+            return self._zygote
+        env = trial_environment(plan, self.extra_env)
+        try:
+            zygote = subprocess.Popen(
+                [sys.executable, "-m", "autotune.trial_runner._zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None,
+                cwd=plan.base_dir,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_tuner,
+            )
+        except OSError as e:
+            raise LaunchError(f"cannot start the warm trial launcher: {e}") from e
+        self._zygote = zygote
+        reply = self._read(zygote, READY_TIMEOUT_S)
+        if not reply.get("ready"):
+            self.close()
+            raise LaunchError(f"the warm trial launcher did not start: {reply}")
+        return zygote
+
+    def _read(self, zygote: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
+        stdout: IO[bytes] | None = zygote.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        if not ready:
+            self.close()
+            raise LaunchError(f"the warm trial launcher did not answer within {timeout:.0f} s")
+        line = stdout.readline()
+        if not line:
+            code = zygote.wait(timeout=5)
+            self._zygote = None
+            raise LaunchError(f"the warm trial launcher exited (status {code}); see the trial's launcher.err")
+        data: dict[str, Any] = json.loads(line)
+        return data
+
+    def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
+        zygote = self._start(plan)
+        request = {
+            "trial_dir": str(trial_dir),
+            "world_size": plan.config.world_size,
+            "env": trial_environment(plan, self.extra_env),
+            "cwd": plan.base_dir,
+        }
+        stdin = zygote.stdin
+        assert stdin is not None
+        try:
+            stdin.write((json.dumps(request) + "\n").encode())
+            stdin.flush()
+        except OSError as e:
+            self._zygote = None
+            raise LaunchError(f"the warm trial launcher is gone: {e}") from e
+        reply = self._read(zygote, REPLY_TIMEOUT_S)
+        leader = _Leader(int(reply["pid"]), trial_dir)
+        return ProcessTreeHandle(leader, trial_dir, trial_dir / ERR_FILE)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        zygote, self._zygote = self._zygote, None
+        if zygote is None:
+            return
+        try:
+            if zygote.stdin is not None:
+                zygote.stdin.close()
+            zygote.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            with contextlib.suppress(OSError):
+                os.killpg(zygote.pid, signal.SIGKILL)
+            zygote.wait(timeout=5)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
