@@ -178,5 +178,45 @@ def _stamp() -> str:
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
 
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the HTML file.")
+@click.option("--png", "png_dir", type=click.Path(file_okay=False), help="Also write each figure as PNG here.")
+@_handle_errors
+def report(study_file: str, output: str | None, png_dir: str | None) -> None:
+    """Write the study's offline HTML report: one self-contained file (plotly.js inlined).
+
+    The default path is STUDY_FILE's folder/../dashboards/NAME.html when that dashboards folder exists
+    (studies/x.yaml -> dashboards/NAME.html), else ./dashboards/NAME.html. The study must be in its
+    storage (run `autotune run STUDY_FILE` first); the workload is not imported.
+    """
+    from autotune.report import write_report
+    from autotune.spec import load_spec
+
+    spec = load_spec(study_file, check_workload=False)
+    path = write_report(spec, path=output, png_dir=png_dir)
+    click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    if png_dir:
+        click.echo(f"wrote the figures as PNG to {png_dir}/")
+
+
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0: a free port.")
+@_handle_errors
+def dashboard(study_file: str, host: str, port: int) -> None:
+    """Serve optuna-dashboard on the study's storage (trial logs as artifacts) until Ctrl-C."""
+    from autotune.report import is_loopback, serve_dashboard
+    from autotune.spec import load_spec
+
+    spec = load_spec(study_file, check_workload=False)
+    if not is_loopback(host):
+        click.echo(f"warning: listening on {host}: the dashboard has no authentication; anyone who can reach "
+                   "this address can read and change the study", err=True)
+    serve_dashboard(spec, host=host, port=port,
+                    announce=lambda url: click.echo(f"optuna-dashboard for {spec.name}: {url} (Ctrl-C stops it)"))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
