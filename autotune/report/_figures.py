@@ -355,14 +355,14 @@ def write_pngs(sections: Sequence[Section], folder: Path) -> list[Path]:
     import plotly.io as pio
 
     folder.mkdir(parents=True, exist_ok=True)
-    drawn = [s for s in sections if s.figure is not None]
-    paths = [folder / f"{s.key}.png" for s in drawn]
-    if drawn:
-        pio.write_images([s.figure for s in drawn], [str(p) for p in paths], width=1200, height=_png_height(drawn))
+    drawn = [(s.key, s.figure) for s in sections if s.figure is not None]
+    paths = [folder / f"{key}.png" for key, _ in drawn]
+    figures = [figure for _, figure in drawn]
+    heights = [int(f.layout.height or _HEIGHT) for f in figures]
+    if hasattr(pio, "write_images"):  # plotly >= 6.1: one browser for every figure
+        pio.write_images(figures, [str(p) for p in paths], width=[1200] * len(figures), height=heights)
+    else:
+        for figure, p, height in zip(figures, paths, heights, strict=True):
+            pio.write_image(figure, str(p), width=1200, height=height)
     return paths
-
-
-def _png_height(sections: Sequence[Section]) -> int:
-    heights = [s.figure.layout.height or _HEIGHT for s in sections if s.figure is not None]
-    return int(max(heights)) if heights else _HEIGHT
 
