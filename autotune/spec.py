@@ -182,6 +182,11 @@ def parse_knob(knob: KnobDef, raw: Any) -> KnobSpec:
             raise ValueError(f"low ({low}) is greater than high ({high}); make low <= high")
         if log and low < 1:
             raise ValueError(f"a log range needs low >= 1 (got {low}); raise low or drop log")
+        if (high - low) % step:
+            below = low + (high - low) // step * step
+            raise ValueError(
+                f"high ({high}) - low ({low}) is not a multiple of step ({step}); use high: {below} or {below + step}"
+            )
         if log and step != 1:
             raise ValueError("step cannot be combined with log: true; drop one of them")
         return IntRange(low=low, high=high, log=log, step=step)
@@ -759,7 +764,12 @@ def format_validation_error(error: ValidationError) -> str:
         message = "the list is empty; give at least one entry"
     if not loc and ":" in message.split(" ")[0]:
         where = ""  # a cross-field check names its own path
-    more = len(errors) - 1
+    # Count other problems only where they are elsewhere (pydantic reports one field's union branches too).
+    head = tuple(first["loc"])
+    more = len(
+        {tuple(e["loc"][:2]) for e in errors[1:] if tuple(e["loc"]) != head[: len(e["loc"])]}
+        - {head[:2]}
+    )
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{where}: {message}{suffix}" if where else f"{message}{suffix}"
 

@@ -21,6 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
+from autotune.errors import StudyFileError
+from autotune.spec import load_spec
 
 # Workload files written beside every study. They need no torch: validation only checks the contract.
 WORKLOAD_PY = """\
@@ -357,3 +359,12 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr
     assert "WorkloadError" in proc.stderr
+
+
+def test_a_ragged_stepped_range_is_refused_with_both_neighbours(tmp_path: Path) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "name: s\nworkload: {entrypoint: a.b:c}\nsearch_space:\n  batch_size: {low: 16, high: 100, step: 16}\n"
+    )
+    with pytest.raises(StudyFileError, match=r"search_space\.batch_size: .*use high: 96 or 112"):
+        load_spec(study, check_workload=False)

@@ -22,9 +22,6 @@ from autotune.errors import UsageError
 from autotune.search_space import KNOBS, SearchSpace, TrialConfig, scaled_lr
 from autotune.spec import Choices, Fixed, SearchSpaceSpec, parse_spec
 
-# Optuna shrinks a range whose width is not a multiple of step (and warns); the space follows it.
-pytestmark = pytest.mark.filterwarnings("ignore:The distribution is specified by:UserWarning")
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _quiet_optuna() -> Iterator[None]:
@@ -61,7 +58,9 @@ def knob_entry(draw: st.DrawFn, name: str) -> Any:
     if low >= 1 and draw(st.booleans()):
         entry["log"] = True
     elif draw(st.booleans()):
-        entry["step"] = draw(st.integers(1, 8))
+        step = draw(st.integers(1, 8))
+        entry["step"] = step
+        entry["high"] = low + (entry["high"] - low) // step * step  # the study file refuses a ragged range
     return entry
 
 
