@@ -109,35 +109,49 @@ def _float(value: Any) -> float | None:
     return float(value)
 
 
-def _group(raw: Any) -> Measured | None:
+def _group(raw: Any, metric: str, throughput_of: Mapping[int, float]) -> Measured | None:
+    """A confirmation Group as measured; ``median`` is of ``metric`` (throughput unless the study said
+    otherwise), so throughput is then the median of the group's trials' own throughput."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("trials"), list):
         return None
+    trials = tuple(int(t) for t in raw["trials"])
     config = raw.get("config")
+    median = _float(raw.get("median"))
+    if metric == "throughput_samples_s":
+        throughput = median
+    else:
+        known = [throughput_of[t] for t in trials if t in throughput_of]
+        throughput = statistics.median(known) if known else None
     return Measured(
-        trials=tuple(int(t) for t in raw["trials"]),
+        trials=trials,
         config=dict(config) if isinstance(config, Mapping) else {},
-        throughput_samples_s=_float(raw.get("median")),
-        peak_memory_mb=_float(raw.get("peak_memory_mb")),
-        loss=_float(raw.get("loss")),
-        spread=_float(raw.get("spread")) if len(raw["trials"]) > 1 else None,
+        throughput_samples_s=throughput,
+        peak_memory_mb=median if metric == "peak_memory_mb" else _float(raw.get("peak_memory_mb")),
+        loss=median if metric == "loss" else _float(raw.get("loss")),
+        spread=_float(raw.get("spread")) if len(trials) > 1 else None,
     )
 
 
-def _from_confirmation(raw: Any) -> tuple[Measured, Measured | None, float | None] | str:
+def _from_confirmation(
+    raw: Any, records: Sequence[TrialRecord]
+) -> tuple[Measured, Measured | None, float | None] | str:
     """(best, baseline, speedup) from ``autotune_confirmation``, or why it cannot be used."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("groups"), list):
         return "the autotune_confirmation attribute is malformed (no groups); using single trials"
+    metric = str(raw.get("metric") or "throughput_samples_s")
+    throughput_of = {r.number: r.throughput_samples_s for r in records if r.throughput_samples_s is not None}
     groups = raw["groups"]
     best = next((g for g in groups if isinstance(g, Mapping) and g.get("config_key") == raw.get("best_config_key")),
                 None)
     if best is None:
         best = next((g for g in groups if isinstance(g, Mapping) and raw.get("best_trial") in g.get("trials", [])),
                     None)
-    best_side = _group(best)
+    best_side = _group(best, metric, throughput_of)
     if best_side is None:
         return "the autotune_confirmation attribute names no best group; using single trials"
-    baseline = _group(raw.get("baseline"))
-    speedup = _float(raw.get("speedup"))
+    baseline = _group(raw.get("baseline"), metric, throughput_of)
+    # The stored speed-up is of the confirmed metric; the headline's is of throughput.
+    speedup = _float(raw.get("speedup")) if metric == "throughput_samples_s" else None
     if speedup is None and baseline is not None:
         speedup = _ratio(best_side.throughput_samples_s, baseline.throughput_samples_s)
     return best_side, baseline, speedup
@@ -200,7 +214,7 @@ def headline_data(study: optuna.Study) -> Headline:
     note = None
     raw = study.user_attrs.get("autotune_confirmation")
     if raw is not None:
-        confirmed = _from_confirmation(raw)
+        confirmed = _from_confirmation(raw, records)
         if not isinstance(confirmed, str):
             best, baseline, speedup = confirmed
             return Headline(study.study_name, "confirmation", best, baseline, speedup, len(records), ordered,

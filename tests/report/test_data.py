@@ -81,6 +81,27 @@ def test_headline_falls_back_with_a_note_on_a_malformed_confirmation() -> None:
     assert h.speedup == 1.0
 
 
+def test_headline_of_a_loss_confirmation_reports_throughput_speedup_from_the_trials() -> None:
+    study = optuna.create_study(direction="minimize")
+    study.set_metric_names(["loss"])
+    for role, throughput, loss in (("baseline", 100.0, 2.0), ("search", 300.0, 1.0), ("confirm", 360.0, 1.2)):
+        trial = study.ask()
+        for key, value in {"role": role, "throughput_samples_s": throughput, "loss": loss}.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, loss)
+    group = {"config_key": "k", "config": {}, "trials": [1, 2], "values": [1.0, 1.2], "median": 1.1, "spread": 0.2,
+             "peak_memory_mb": None, "loss": 1.1}
+    baseline = {"config_key": "b", "config": {}, "trials": [0], "values": [2.0], "median": 2.0, "spread": 0.0,
+                "peak_memory_mb": None, "loss": 2.0}
+    study.set_user_attr("autotune_confirmation", {"best_trial": 1, "best_config_key": "k", "groups": [group],
+                                                  "baseline": baseline, "speedup": 0.55, "metric": "loss"})
+    h = headline_data(study)
+    assert h.source == "confirmation" and h.best is not None and h.baseline is not None
+    assert h.best.loss == 1.1 and h.baseline.loss == 2.0
+    assert h.best.throughput_samples_s == 330.0 and h.baseline.throughput_samples_s == 100.0
+    assert h.speedup == pytest.approx(3.3)  # of throughput, not the stored ratio of the loss
+
+
 def test_history_has_pruned_and_infeasible_points_and_a_feasible_best_line(single: Built) -> None:
     data = history_data(single.study)
     kinds = {p.number: p.kind for p in data.points}
