@@ -393,17 +393,23 @@ def importance_data(study: optuna.Study) -> ImportanceData:
         return ImportanceData([], "parameter importances need a searched parameter; every knob is fixed")
     out: list[tuple[str, dict[str, float]]] = []
     single = len(study.directions) == 1
+    cautions: list[str] = []
     for index, (metric, direction) in enumerate(zip(metric_names(study), objective_directions(study), strict=True)):
         try:
-            with warnings.catch_warnings():
-                # PED-ANOVA warns that it rates a target by its low values; _objective negates maximized ones.
-                warnings.filterwarnings("ignore", message=".*low `target` values", category=UserWarning)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 target = None if single else _objective(index, direction)
                 values = optuna.importance.get_param_importances(study, target=target)
         except (ValueError, RuntimeError, ZeroDivisionError) as e:
             return ImportanceData(out, f"parameter importances could not be computed: {e}")
         out.append((metric, dict(values)))
-    return ImportanceData(out, None)
+        # PED-ANOVA's caveats (few trials in a regime) belong beside the figure, not on the terminal. Its
+        # warning that it rates LOW target values is answered by _objective, which negates maximized ones.
+        for w in caught:
+            text = str(w.message).strip()
+            if "low `target` values" not in text and text not in cautions:
+                cautions.append(text)
+    return ImportanceData(out, "; ".join(cautions) if cautions else None)
 
 
 def _objective(index: int, direction: str) -> Callable[[FrozenTrial], float]:

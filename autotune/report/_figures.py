@@ -155,7 +155,10 @@ def batch_figure(data: BatchData) -> go.Figure:
     if data.budget is not None:
         fig.add_hline(y=data.budget, line={"dash": "dash", "color": OUTCOME_COLORS["oom"]},
                       annotation_text=f"memory budget {data.budget:g} MB", annotation_position="top left")
-    return _layout(fig, xaxis={"type": "log", "title": "per-rank batch size"}, yaxis_title=_label(data.metric))
+    sizes = [p.batch_size for series in data.series for p in series.points]
+    ticks = [2**k for k in range(0, 20) if sizes and min(sizes) / 2 <= 2**k <= max(sizes) * 2]
+    return _layout(fig, xaxis={"type": "log", "title": "per-rank batch size", "tickvals": ticks},
+                   yaxis_title=_label(data.metric))
 
 
 def importance_figure(data: ImportanceData) -> go.Figure | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import statistics
+import warnings
 
 import optuna
 import pytest
@@ -151,6 +152,15 @@ def test_importance_over_searched_knobs(single: Built) -> None:
     assert metric == "throughput_samples_s"
     assert set(values) <= {"batch_size", "num_workers", "amp", "world_size"}
     assert sum(values.values()) == pytest.approx(1.0)
+
+
+def test_importance_per_objective_prints_no_warning(multi: Built) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # optuna's caveats go into the note, not onto the terminal
+        data = importance_data(multi.study)
+    assert [metric for metric, _ in data.importances] == ["throughput_samples_s", "peak_memory_mb"]
+    for _, values in data.importances:
+        assert sum(values.values()) == pytest.approx(1.0)
 
 
 def test_importance_guards_explain_themselves() -> None:
