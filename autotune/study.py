@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import logging
 import math
 import os
+import tempfile
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,6 +28,8 @@ from autotune.spec import StudySpec, _redact
 
 HEARTBEAT_INTERVAL_S = 5
 GRACE_PERIOD_S = 30
+LOCK_TIMEOUT_S = 120.0
+SCHEMA_LOCK = "autotune-schema"  # creating tables and studies: one process at a time per database
 
 
 def make_storage(url: str) -> BaseStorage:
@@ -146,6 +153,15 @@ def open_study(
     missing = UsageError(f"no study named {spec.name!r} in {_redact(url)}; run `autotune run {spec.source}` first")
     if not create and _missing_sqlite_file(url):
         raise missing  # opening it would create an empty database file
+    if not create:
+        return _open_study(spec, space, url, create=False, missing=missing)
+    # Workers started together on an empty database would race to create the tables and the study
+    # (UniqueViolation on PostgreSQL): one creates while the others wait, then load.
+    with study_lock(url, SCHEMA_LOCK):
+        return _open_study(spec, space, url, create=True, missing=missing)
+
+
+def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, missing: Exception) -> optuna.Study:
     storage = make_storage(url)
     directions = [o.direction or "maximize" for o in spec.objectives]
     names = [s.study_name for s in storage.get_all_studies()]
@@ -161,7 +177,12 @@ def open_study(
                 study.set_metric_names([o.key for o in spec.objectives])
             study.set_user_attr(
                 "autotune",
-                {"version": __version__, "spec": spec.model_dump(mode="json"), "device": space.device},
+                {
+                    "version": __version__,
+                    "spec": spec.model_dump(mode="json"),
+                    "device": space.device,
+                    "machine": machine_facts(),
+                },
             )
             return study
     study = optuna.load_study(
@@ -176,6 +197,94 @@ def open_study(
     return study
 
 
+@contextlib.contextmanager
+def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
+    """A mutex shared by every autotune process on the database ``url``, one per ``name``.
+
+    PostgreSQL: a session advisory lock (``pg_try_advisory_lock``); MySQL: ``GET_LOCK``; SQLite (one
+    machine): ``flock`` on a file under the temp folder. The database or the kernel drops the lock when
+    its holder dies. Yields True once held; with ``wait=False`` it yields False at once when another
+    process holds it. Waiting longer than ``timeout_s`` is an AutotuneError.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    key = hashlib.sha256(f"autotune:{name}".encode()).digest()
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            yield True  # one process only
+            return
+        folder = Path(tempfile.gettempdir()) / "autotune-locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / (hashlib.sha256(os.path.abspath(parsed.database).encode() + key).hexdigest()[:32] + ".lock")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            held = _poll(lambda: _flock(fd), url, name, wait, timeout_s)
+            yield held
+        finally:
+            os.close(fd)
+        return
+    if backend not in ("postgresql", "mysql"):
+        yield True
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    if backend == "postgresql":
+        number = int.from_bytes(key[:8], "big", signed=True)
+        take = text("SELECT pg_try_advisory_lock(:k)").bindparams(k=number)
+        give = text("SELECT pg_advisory_unlock(:k)").bindparams(k=number)
+    else:
+        label = "autotune:" + key.hex()[:40]
+        take = text("SELECT GET_LOCK(:k, 0)").bindparams(k=label)
+        give = text("SELECT RELEASE_LOCK(:k)").bindparams(k=label)
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        try:
+            conn = engine.connect()
+        except Exception as e:
+            raise AutotuneError(f"cannot open storage {_redact(url)}: {_first_line(e)}") from None
+        with conn:
+            held = _poll(lambda: bool(conn.execute(take).scalar()), url, name, wait, timeout_s)
+            conn.commit()
+            try:
+                yield held
+            finally:
+                if held:
+                    with contextlib.suppress(Exception):
+                        conn.execute(give)
+                        conn.commit()
+    finally:
+        engine.dispose()
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _poll(take: Callable[[], bool], url: str, name: str, wait: bool, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not take():
+        if not wait:
+            return False
+        if time.monotonic() > deadline:
+            raise AutotuneError(
+                f"another autotune process has held the lock {name!r} on {_redact(url)} for over "
+                f"{timeout_s:g} s; is one stuck?"
+            )
+        time.sleep(0.05)
+    return True
+
+
 def _missing_sqlite_file(url: str) -> bool:
     from sqlalchemy.engine import make_url
 
@@ -184,6 +293,32 @@ def _missing_sqlite_file(url: str) -> bool:
         if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
             return not os.path.exists(parsed.database)
     return False
+
+
+def machine_facts() -> dict[str, Any]:
+    """Where the study is measured, for reports that travel: host, cores, CPU model, memory, versions."""
+    import platform
+
+    import psutil
+
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    facts: dict[str, Any] = {
+        "host": platform.node(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "cpu_model": model or platform.processor(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "optuna": optuna.__version__,
+    }
+    with contextlib.suppress(ImportError):
+        import torch
+
+        facts["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return facts
 
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:

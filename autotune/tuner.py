@@ -22,6 +22,7 @@ from typing import Any
 
 import optuna
 import psutil
+from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.objectives import (
@@ -37,7 +38,7 @@ from autotune.objectives import (
 )
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
-from autotune.study import HEARTBEAT_INTERVAL_S, feasible, open_study
+from autotune.study import HEARTBEAT_INTERVAL_S, feasible, open_study, study_lock
 from autotune.trial_runner import (
     Launcher,
     Outcome,
@@ -51,6 +52,7 @@ from autotune.trial_runner import (
 ROLE_BASELINE, ROLE_SEARCH, ROLE_CONFIRM = "baseline", "search", "confirm"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 INTERRUPTED = "interrupted"
+WAIT_FOR_OTHERS_S = 1.0  # a worker whose budget is taken by running trials elsewhere re-checks this often
 
 
 class Interrupted(BaseException):
@@ -151,6 +153,7 @@ class Tuner:
         self.observer = observer or Observer()
         self.clock = clock
         self.identity = _worker_identity()
+        self._artifact_store: Any = None
 
     # -- public ---------------------------------------------------------------------------------------
     def open(self) -> optuna.Study:
@@ -164,7 +167,8 @@ class Tuner:
         timeout_s = timeout_s if timeout_s is not None else self.spec.budget.timeout_s
         study = self.open()
         self.recover(study)
-        self.ensure_baseline(study)
+        with study_lock(self.url, study.study_name):  # workers started together queue one baseline
+            self.ensure_baseline(study)
         launcher = self.launcher or make_launcher(self.spec)
         started = self.clock()
         with _signals_as_interrupts():
@@ -175,16 +179,44 @@ class Tuner:
                 while done < target:
                     if timeout_s is not None and self.clock() - started > timeout_s:
                         break
-                    index += 1
-                    self.run_one(study, launcher, index=index, target=target)
+                    trial = self.claim(study, target)
+                    if trial is None:
+                        # The rest of the budget runs in other workers: wait, in case one dies and its
+                        # trial comes back to the queue.
+                        time.sleep(WAIT_FOR_OTHERS_S)
+                    else:
+                        index += 1
+                        self.run_one(study, launcher, index=index, target=target, trial=trial)
                     done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
-                self.confirm(study, launcher)
+                # One worker confirms; the others leave it the study (their summary is not confirmed yet).
+                with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
+                    if mine:
+                        self.confirm(study, launcher)
             finally:
                 if self.launcher is None:
                     launcher.close()
         summary = summarize(study, self.spec)
         self.observer.finished(summary)
         return summary
+
+    @property
+    def url(self) -> str:
+        return self.storage_url or self.spec.storage_url()
+
+    def claim(self, study: optuna.Study, target: int) -> optuna.Trial | None:
+        """The next trial, unless ``target`` is taken by trials that count and trials running anywhere.
+
+        Counting and asking happen under the study lock, so workers sharing a study never run more than
+        ``target`` trials between them (a dead worker's trial is failed, queued again, and run by another).
+        """
+        self.recover(study)
+        with study_lock(self.url, study.study_name):
+            taken = sum(
+                counts_toward_budget(t)
+                or (t.state == TrialState.RUNNING and t.user_attrs.get("role") != ROLE_CONFIRM)
+                for t in study.get_trials(deepcopy=False)
+            )
+            return _ask(study) if taken < target else None
 
     # -- recovery and baseline ------------------------------------------------------------------------
     def recover(self, study: optuna.Study) -> list[int]:
@@ -241,11 +273,11 @@ class Tuner:
         return params
 
     # -- one trial ------------------------------------------------------------------------------------
-    def run_one(self, study: optuna.Study, launcher: Launcher, *, index: int = 0, target: int = 0) -> TrialResult:
-        with warnings.catch_warnings():
-            # Optuna notes that heartbeats are meant for Study.optimize; this loop records them itself.
-            warnings.simplefilter("ignore", UserWarning)
-            trial = study.ask()
+    def run_one(
+        self, study: optuna.Study, launcher: Launcher, *, index: int = 0, target: int = 0,
+        trial: optuna.Trial | None = None,
+    ) -> TrialResult:
+        trial = trial or _ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
         if ("config" in trial.user_attrs and role != ROLE_SEARCH) or "retry_of" in trial.user_attrs:
             config = TrialConfig.model_validate(trial.user_attrs["config"])
@@ -270,14 +302,16 @@ class Tuner:
             self.observer.trial_progress(elapsed, windows)
 
         try:
-            result = run_trial(
-                plan_for(self.spec, config),
-                trial_dir,
-                launcher,
-                max_memory_mb=self.spec.constraints.max_memory_mb,
-                on_window=on_window,
-                on_tick=on_tick,
-            )
+            # Heartbeats from a thread too: a launch may wait (for a core lease) longer than the grace period.
+            with get_heartbeat_thread(trial._trial_id, study._storage):
+                result = run_trial(
+                    plan_for(self.spec, config),
+                    trial_dir,
+                    launcher,
+                    max_memory_mb=self.spec.constraints.max_memory_mb,
+                    on_window=on_window,
+                    on_tick=on_tick,
+                )
         except (KeyboardInterrupt, Interrupted) as stop:
             self._tell_interrupted(study, trial)
             if isinstance(stop, Interrupted):
@@ -354,6 +388,7 @@ class Tuner:
         }
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
+        self._attach_artifacts(study, trial, result)
         outcome = result.outcome
         if outcome is Outcome.PRUNED:
             study.tell(trial, state=TrialState.PRUNED)
@@ -368,6 +403,21 @@ class Tuner:
                 study.tell(trial, values)
                 return
         study.tell(trial, state=TrialState.FAIL)
+
+    def _attach_artifacts(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
+        """The trial's files (config, metrics, rank logs) as Optuna artifacts, for optuna-dashboard.
+
+        Before tell: Optuna attaches nothing to a finished trial. A failure here costs the dashboard its
+        logs, never the study its trial (the files stay in the trial folder).
+        """
+        try:
+            from autotune.report._artifacts import artifact_store_for, attach_trial_artifacts
+
+            if self._artifact_store is None:
+                self._artifact_store = artifact_store_for(self.spec)
+            attach_trial_artifacts(study, trial.number, result.trial_dir, self._artifact_store)
+        except Exception as e:
+            warnings.warn(f"trial {trial.number}: its files were not attached as artifacts: {e}", stacklevel=2)
 
     def _worst_value(self, study: optuna.Study, objective: Any) -> float:
         """A value for an infeasible trial that measured nothing: no better than anything measured."""
@@ -418,6 +468,13 @@ class Tuner:
                 )
                 self.run_one(study, launcher)
         study.set_user_attr("autotune_confirmation", _confirmation_record(study, self.spec))
+
+
+def _ask(study: optuna.Study) -> optuna.Trial:
+    with warnings.catch_warnings():
+        # Optuna notes that heartbeats are meant for Study.optimize; this loop records them itself.
+        warnings.simplefilter("ignore", UserWarning)
+        return study.ask()
 
 
 class _Heartbeat:
