@@ -227,7 +227,7 @@ CONVNET = WorkloadRef("autotune.workloads.convnet:build")
 LM = WorkloadRef("autotune.workloads.lm:build")
 WORKLOADS = {"mlp": MLP, "convnet": CONVNET, "lm": LM}
 
-#: The MLP landscape grid: 5 x 3 x 2 x 2 = 60 configurations; the quick grid has 8.
+#: The MLP landscape grid: 5 x 3 x 2 x 2 = 60 configurations; the quick grid has 12.
 MLP_GRID: dict[str, list[Any]] = {
     "batch_size": [16, 32, 64, 128, 256],
     "num_workers": [0, 1, 2],
@@ -235,7 +235,7 @@ MLP_GRID: dict[str, list[Any]] = {
     "world_size": [1, 2],
 }
 MLP_GRID_QUICK: dict[str, list[Any]] = {
-    "batch_size": [32, 128],
+    "batch_size": [16, 64, 256],
     "num_workers": [0, 1],
     "amp": ["off"],
     "world_size": [1, 2],

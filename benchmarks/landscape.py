@@ -1,0 +1,171 @@
+"""Record a landscape: every configuration of a grid over the MLP workload's knobs, each measured once.
+
+The grid (``_common.MLP_GRID``): batch_size {16, 32, 64, 128, 256} x num_workers {0, 1, 2} x amp {off, bf16}
+x world_size {1, 2} = 60 configurations of the quickstart MLP, each run once as a short real trial with the
+default (warm) launcher, in a seeded random order (so a machine that drifts does not favour one corner of
+the grid). Saved per configuration: the knobs, the TrialConfig, the outcome, the final throughput, wall
+time, time to first step, peak memory, and every reporting window (step, seconds since launch, throughput
+so far, window throughput, memory, loss), so that search_efficiency.py can replay studies against it,
+pruning included, and fidelity.py can pick its top configurations.
+
+    python benchmarks/landscape.py            # full: 60 trials, about 5 minutes on 2 cores
+    python benchmarks/landscape.py --quick    # smoke run: 12 configurations, short trials, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    MLP,
+    MLP_GRID,
+    MLP_GRID_QUICK,
+    RUNS,
+    Trials,
+    console,
+    default_out,
+    grid_configs,
+    knobs_label,
+    machine_caption,
+    machine_facts,
+    make_spec,
+    pct,
+    print_table,
+    seeded_shuffle,
+    space_of_grid,
+    stage,
+    study_document,
+    warn_if_busy,
+    write_json,
+)
+
+LIMITS = {"warmup_steps": 3, "max_steps": 30, "report_every": 3, "max_seconds": 120}
+LIMITS_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
+
+
+def window_record(window: Any) -> dict[str, Any]:
+    return {
+        "step": window.step,
+        "elapsed_s": window.elapsed_s,
+        "throughput_samples_s": window.throughput_samples_s,
+        "window_throughput_samples_s": window.window_throughput_samples_s,
+        "peak_memory_mb": window.peak_memory_mb,
+        "loss": window.loss,
+    }
+
+
+def trial_record(knobs: dict[str, Any], config: Any, result: Any, order: int) -> dict[str, Any]:
+    from autotune.objectives import config_key
+
+    return {
+        "knobs": knobs,
+        "label": knobs_label(knobs),
+        "config_key": config_key(config.model_dump()),
+        "config": config.model_dump(),
+        "order": order,
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "throughput_samples_s": result.throughput_samples_s,
+        "wall_s": round(result.wall_s, 4),
+        "training_span_s": round(result.training_span_s, 4),
+        "training_s": round(result.training_s, 4),
+        "time_to_first_step_s": result.time_to_first_step_s,
+        "peak_memory_mb": result.peak_memory_mb,
+        "loss": result.loss,
+        "steps": result.steps,
+        "windows": [window_record(w) for w in result.windows],
+    }
+
+
+def study_space(grid: dict[str, list[Any]], limits: dict[str, Any]) -> Any:
+    """The SearchSpace of the grid, built the way the tuner builds it (so configuration keys match)."""
+    document = study_document("landscape", MLP, space_of_grid(grid), limits)
+    return make_spec(document).space()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 12 configurations, short trials")
+    parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/landscape.json)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the measuring order")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    grid = MLP_GRID_QUICK if quick else MLP_GRID
+    limits = LIMITS_QUICK if quick else LIMITS
+    out = args.out or default_out("landscape", quick)
+
+    started = time.monotonic()
+    machine = machine_facts()
+    warn_if_busy(machine)
+    space = study_space(grid, limits)
+    configs = grid_configs(grid)
+    order = seeded_shuffle(range(len(configs)), args.seed)
+    records: list[dict[str, Any] | None] = [None] * len(configs)
+    with Trials(MLP, RUNS / "landscape") as trials:
+        with stage("starting the warm launcher (one discarded trial)"):
+            trials.run(space.default_config(), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
+        with stage(f"measuring {len(configs)} configurations once each"):
+            for position, index in enumerate(order):
+                knobs = configs[index]
+                config = space.config(knobs)
+                result = trials.run(config, limits, "warm", tag=knobs_label(knobs).replace(" ", "_"))
+                records[index] = trial_record(knobs, config, result, position)
+                through = result.throughput_samples_s
+                console.print(
+                    f"  {position + 1:3d}/{len(configs)} {knobs_label(knobs):40s} {result.outcome.value:9s} "
+                    f"{'-' if through is None else f'{through:,.0f}'} samples/s, wall {result.wall_s:.2f} s"
+                )
+    measured = [r for r in records if r is not None]
+    complete = [r for r in measured if r["outcome"] == "complete" and r["throughput_samples_s"]]
+    best = max(complete, key=lambda r: r["throughput_samples_s"]) if complete else None
+    default_key = next(
+        (r["config_key"] for r in measured if r["config"] == space.default_config().model_dump()), None
+    )
+    baseline = next((r for r in measured if r["config_key"] == default_key), None)
+    ranked = sorted(measured, key=lambda r: -(r["throughput_samples_s"] or 0.0))
+    top = best["throughput_samples_s"] if best else None
+    print_table(
+        f"Landscape: {len(measured)} configurations of {MLP.entrypoint}, one trial each "
+        f"(warm-up {limits['warmup_steps']}, {limits['max_steps']} steps)",
+        ["#", "configuration", "outcome", "samples/s", "of best", "wall s", "first step s", "peak MB", "loss"],
+        [
+            [i + 1, r["label"] + ("  (default)" if r is baseline else ""), r["outcome"], r["throughput_samples_s"],
+             pct(r["throughput_samples_s"] / top) if top and r["throughput_samples_s"] else None, r["wall_s"],
+             r["time_to_first_step_s"], r["peak_memory_mb"], r["loss"]]
+            for i, r in enumerate(ranked)
+        ],
+        caption=machine_caption(machine),
+    )
+    near = [r for r in complete if top and r["throughput_samples_s"] >= 0.95 * top]
+    summary = {
+        "configs": len(measured),
+        "complete": len(complete),
+        "best": None if best is None else {"label": best["label"], "throughput_samples_s": top},
+        "default": None if baseline is None else {"label": baseline["label"],
+                                                  "throughput_samples_s": baseline["throughput_samples_s"]},
+        "best_over_default": (top / baseline["throughput_samples_s"])
+        if top and baseline and baseline["throughput_samples_s"] else None,
+        "within_95_percent_of_best": len(near),
+        "total_wall_s": round(sum(r["wall_s"] for r in measured), 1),
+    }
+    console.print(
+        f"best {summary['best']}, default {summary['default']}, best/default "
+        f"{summary['best_over_default'] and round(summary['best_over_default'], 2)}; "
+        f"{len(near)} configuration(s) within 95% of the best"
+    )
+    write_json(
+        out,
+        "landscape",
+        {"quick": quick, "seed": args.seed, "workload": MLP.entrypoint, "workload_args": dict(MLP.args),
+         "grid": grid, "search_space": space_of_grid(grid), "limits": limits, "launcher": "warm"},
+        {"summary": summary, "configs": measured},
+        machine,
+        started,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+"""Search efficiency: how many trials, and how much trial time, until a study finds a near-best configuration.
+
+Replays studies against a recorded landscape (landscape.py: every configuration of a grid measured once)
+with real Optuna samplers and pruners. A trial's configuration is looked up in the landscape; its
+intermediate values are the recorded windows (each reported at its step, then ``should_prune()``, as the
+tuner does); its cost is its recorded wall time, or for a pruned trial the seconds from launch to the
+window it was pruned at plus the trial's own teardown (its wall time after its last window). Strategies:
+
+- ``autotune``: the sampler and pruner autotune builds for a study file with ``sampler: tpe`` and
+  ``pruner: median`` (``make_sampler``/``make_pruner``), the baseline (the workload's default
+  configuration) enqueued first and never pruned, as the tuner does;
+- ``autotune-no-pruning``: the same sampler and baseline, no pruner (to measure what pruning saves);
+- ``random``: Optuna's RandomSampler; ``grid``: Optuna's GridSampler (a seeded order of the grid);
+- ``optuna-tpe``: Optuna's default TPESampler, no pruning.
+
+Each runs ``--seeds`` times (seeds 0..N-1) for up to twice the grid's size in trials. Reported, median over
+seeds: trials and trial-seconds until a complete trial is within 95% of the grid's best throughput;
+whether that is within 15% of the grid's trial count; random search's trials over each strategy's; the
+trial-seconds pruning saves against the same sampler without pruning, for the same result (both reach
+the 95% level), and over a fixed budget of ``--budget`` trials. Confirmation runs are not replayed.
+
+``--live`` runs one real study instead (the tuner on a generated study file: the landscape's workload,
+space and trial length, ``--budget`` trials) and compares what it found with the grid's best.
+
+    python benchmarks/search_efficiency.py                    # replay: 20 seeds, about 2-4 minutes, no trials run
+    python benchmarks/search_efficiency.py --live             # one real study: about 2 minutes on 2 cores
+    python benchmarks/search_efficiency.py --quick [--live]   # smoke runs on the quick landscape
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    MLP,
+    RUNS,
+    WorkloadRef,
+    check,
+    console,
+    default_out,
+    fmt,
+    fresh_study_file,
+    machine_caption,
+    machine_facts,
+    make_spec,
+    median,
+    pct,
+    print_table,
+    quiet_optuna,
+    ratio,
+    read_json,
+    stage,
+    study_document,
+    write_json,
+)
+
+LEVEL = 0.95  # "near-best": within 95% of the grid's best throughput
+GRID_SHARE_TARGET = 0.15  # reach that level within 15% of the grid's trial count
+RANDOM_RATIO_TARGET = 2.0  # with at least 2x fewer trials than random search
+PRUNING_SAVING_TARGET = 0.40  # pruning saves at least 40% of the trial-seconds
+STRATEGIES = ("autotune", "autotune-no-pruning", "random", "grid", "optuna-tpe")
+
+
+# ------------------------------------------------------------------------------------------------ landscape
+@dataclass
+class Landscape:
+    """A recorded landscape, indexed by configuration key."""
+
+    path: Path
+    records: dict[str, dict[str, Any]]
+    settings: dict[str, Any]
+    machine: dict[str, Any]
+    best: float
+
+    @classmethod
+    def load(cls, path: Path) -> Landscape:
+        if not path.exists():
+            hint = " --quick" if path.name.endswith(".quick.json") else ""
+            raise SystemExit(f"{path}: no landscape recorded; run `python benchmarks/landscape.py{hint}` first")
+        data = read_json(path)
+        records = {r["config_key"]: r for r in data["results"]["configs"]}
+        values = [r["throughput_samples_s"] for r in records.values()
+                  if r["outcome"] == "complete" and r["throughput_samples_s"]]
+        if not values:
+            raise SystemExit(f"{path}: no complete configuration in the landscape")
+        return cls(path, records, data["settings"], data["machine"], max(values))
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
+
+    def document(self, name: str, sampler: dict[str, Any], n_trials: int, **extra: Any) -> dict[str, Any]:
+        """A study file over the landscape's workload, space and trial length."""
+        workload = WorkloadRef(self.settings["workload"], self.settings["workload_args"])
+        return study_document(name, workload, self.settings["search_space"], self.settings["limits"],
+                              sampler=sampler, pruner={"name": "median"}, n_trials=n_trials, **extra)
+
+    def value(self, key: str) -> float | None:
+        record = self.records.get(key)
+        if record is None or record["outcome"] != "complete":
+            return None
+        value: float | None = record["throughput_samples_s"]
+        return value
+
+
+# ------------------------------------------------------------------------------------------------ replay
+@dataclass
+class Replay:
+    """One replayed study: per trial its configuration's key, cost, state and (complete) value."""
+
+    strategy: str
+    seed: int
+    keys: list[str] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+
+    def reached(self, target: float) -> int | None:
+        """1-based number of the first complete trial at or above ``target``; None when none is."""
+        for i, (state, value) in enumerate(zip(self.states, self.values, strict=True)):
+            if state == "complete" and value is not None and value >= target:
+                return i + 1
+        return None
+
+    def cost_until(self, n: int) -> float:
+        return sum(self.costs[:n])
+
+    def best_within(self, n: int) -> float:
+        values = [v for s, v in zip(self.states[:n], self.values[:n], strict=True) if s == "complete" and v]
+        return max(values, default=0.0)
+
+    def pruned_within(self, n: int) -> int:
+        return sum(s == "pruned" for s in self.states[:n])
+
+
+def pruned_cost(record: dict[str, Any], window: dict[str, Any]) -> float:
+    """A trial pruned at ``window``: launch to that window, plus the trial's teardown (after its last window)."""
+    windows = record["windows"]
+    teardown = max(0.0, float(record["wall_s"]) - float(windows[-1]["elapsed_s"])) if windows else 0.0
+    return min(float(record["wall_s"]), float(window["elapsed_s"]) + teardown)
+
+
+def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
+    import optuna
+
+    from autotune.objectives import config_key
+    from autotune.study import grid_points, make_pruner, make_sampler
+
+    spec = make_spec(landscape.document(f"replay-{strategy}-{seed}", {"name": "tpe", "seed": seed}, budget))
+    space = spec.space()
+    sampler: optuna.samplers.BaseSampler
+    pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
+    if strategy in ("autotune", "autotune-no-pruning"):
+        sampler = make_sampler(spec, space)
+        if strategy == "autotune":
+            pruner = make_pruner(spec)
+    elif strategy == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    elif strategy == "grid":
+        sampler = optuna.samplers.GridSampler(grid_points(space), seed=seed)
+    elif strategy == "optuna-tpe":
+        sampler = optuna.samplers.TPESampler(seed=seed)
+    else:
+        raise ValueError(strategy)
+    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
+    if strategy.startswith("autotune"):
+        study.enqueue_trial(space.params_of(space.default_config()), user_attrs={"role": "baseline"})
+    out = Replay(strategy, seed)
+
+    def objective(trial: optuna.Trial) -> float:
+        config = space.suggest(trial)
+        key = config_key(config.model_dump())
+        record = landscape.records.get(key)
+        if record is None:
+            raise SystemExit(f"{landscape.path}: configuration {config.short()} is not in the landscape")
+        searched = trial.user_attrs.get("role") != "baseline"
+        out.keys.append(key)
+        if record["outcome"] != "complete" or not record["throughput_samples_s"]:
+            out.costs.append(float(record["wall_s"]))
+            out.states.append("fail")
+            out.values.append(None)
+            return math.nan  # Optuna fails the trial, as the tuner fails a crashed one
+        for window in record["windows"]:
+            trial.report(float(window["throughput_samples_s"]), int(window["step"]))
+            if searched and trial.should_prune():
+                out.costs.append(pruned_cost(record, window))
+                out.states.append("pruned")
+                out.values.append(float(window["throughput_samples_s"]))
+                raise optuna.TrialPruned()
+        value = float(record["throughput_samples_s"])
+        out.costs.append(float(record["wall_s"]))
+        out.states.append("complete")
+        out.values.append(value)
+        return value
+
+    # optimize() rather than ask/tell: GridSampler stops the study when its grid is exhausted.
+    study.optimize(objective, n_trials=max_trials)
+    return out
+
+
+def _median_or_inf(values: list[float | None]) -> float:
+    """Median where 'never reached' (None) counts as worse than anything."""
+    return statistics.median([math.inf if v is None else v for v in values]) if values else math.inf
+
+
+def strategy_summary(replays: list[Replay], landscape: Landscape, budget: int) -> dict[str, Any]:
+    target = LEVEL * landscape.best
+    reached = [r.reached(target) for r in replays]
+    costs = [None if n is None else r.cost_until(n) for r, n in zip(replays, reached, strict=True)]
+    limit = GRID_SHARE_TARGET * landscape.size
+    trials_median = _median_or_inf([None if n is None else float(n) for n in reached])
+    return {
+        "seeds": len(replays),
+        "reached": sum(n is not None for n in reached),
+        "trials_to_level": reached,
+        "trials_to_level_median": trials_median,
+        "cost_to_level_s": costs,
+        "cost_to_level_s_median": _median_or_inf(costs),
+        "within_grid_share_seeds": sum(n is not None and n <= limit for n in reached),
+        "within_grid_share": trials_median <= limit,
+        "budget": budget,
+        "best_at_budget_of_grid_best": median([r.best_within(budget) / landscape.best for r in replays]),
+        "cost_at_budget_s": median([r.cost_until(budget) for r in replays]),
+        "pruned_at_budget": median([float(r.pruned_within(budget)) for r in replays]),
+    }
+
+
+def pruning_savings(pruned: list[Replay], unpruned: list[Replay], landscape: Landscape, budget: int) -> dict[str, Any]:
+    """Trial-seconds the pruner saves against the same sampler without it, seed by seed."""
+    target = LEVEL * landscape.best
+    to_level = []
+    for p, u in zip(pruned, unpruned, strict=True):
+        n_p, n_u = p.reached(target), u.reached(target)
+        if n_p is not None and n_u is not None:
+            to_level.append(1 - p.cost_until(n_p) / u.cost_until(n_u))
+    at_budget = [1 - p.cost_until(budget) / u.cost_until(budget) for p, u in zip(pruned, unpruned, strict=True)]
+    same_result = sum(
+        p.best_within(budget) >= u.best_within(budget) * 0.99 for p, u in zip(pruned, unpruned, strict=True)
+    )
+    return {
+        "saved_to_level": to_level,
+        "saved_to_level_median": median(to_level),
+        "seeds_compared": len(to_level),
+        "saved_at_budget": at_budget,
+        "saved_at_budget_median": median(at_budget),
+        "budget_same_best_seeds": same_result,
+    }
+
+
+def run_replays(landscape: Landscape, seeds: int, max_trials: int, budget: int) -> dict[str, list[Replay]]:
+    replays: dict[str, list[Replay]] = {}
+    for strategy in STRATEGIES:
+        started = time.monotonic()
+        replays[strategy] = [replay(strategy, seed, landscape, max_trials, budget) for seed in range(seeds)]
+        console.print(f"  {strategy}: {seeds} seeds x {max_trials} trials in {time.monotonic() - started:.0f} s")
+    return replays
+
+
+def report_replays(landscape: Landscape, replays: dict[str, list[Replay]], budget: int) -> dict[str, Any]:
+    summaries = {s: strategy_summary(r, landscape, budget) for s, r in replays.items()}
+    random_trials = summaries["random"]["trials_to_level_median"]
+    for summary in summaries.values():
+        summary["random_over_this_trials"] = ratio(random_trials, summary["trials_to_level_median"]) if (
+            math.isfinite(random_trials) and math.isfinite(summary["trials_to_level_median"])
+        ) else None
+    limit = GRID_SHARE_TARGET * landscape.size
+    print_table(
+        f"Replayed studies on {landscape.path.name}: {landscape.size} configurations, best "
+        f"{landscape.best:,.0f} samples/s; median over seeds",
+        ["strategy", "reached", f"trials to {LEVEL:.0%}", f"<= {limit:g} trials", "trial-s to 95%",
+         "random/this trials", f"best after {budget}", f"trial-s for {budget}", "pruned"],
+        [
+            [name, f"{s['reached']}/{s['seeds']}", s["trials_to_level_median"],
+             f"{check(s['within_grid_share'])} ({s['within_grid_share_seeds']}/{s['seeds']} seeds)",
+             s["cost_to_level_s_median"], s["random_over_this_trials"], pct(s["best_at_budget_of_grid_best"]),
+             s["cost_at_budget_s"], s["pruned_at_budget"]]
+            for name, s in summaries.items()
+        ],
+        caption=f"landscape measured on: {machine_caption(landscape.machine)}",
+    )
+    savings = pruning_savings(replays["autotune"], replays["autotune-no-pruning"], landscape, budget)
+    print_table(
+        "Pruning: autotune (TPE + median pruner) against the same sampler without pruning, seed by seed",
+        ["measure", "median saved", "seeds"],
+        [
+            [f"trial-seconds until {LEVEL:.0%} of the grid's best", pct(savings["saved_to_level_median"]),
+             savings["seeds_compared"]],
+            [f"trial-seconds of a {budget}-trial study", pct(savings["saved_at_budget_median"]),
+             f"{savings['budget_same_best_seeds']} with the same best (within 1%)"],
+        ],
+    )
+    auto = summaries["autotune"]
+    targets = {
+        "within_grid_share": {"target": f"<= {GRID_SHARE_TARGET:.0%} of {landscape.size} trials",
+                              "measured": auto["trials_to_level_median"], "met": auto["within_grid_share"]},
+        "fewer_trials_than_random": {
+            "target": f">= {RANDOM_RATIO_TARGET:g}x", "measured": auto["random_over_this_trials"],
+            "met": None if auto["random_over_this_trials"] is None
+            else auto["random_over_this_trials"] >= RANDOM_RATIO_TARGET,
+        },
+        "pruning_saving": {
+            "target": f">= {PRUNING_SAVING_TARGET:.0%}", "measured": savings["saved_to_level_median"],
+            "met": None if savings["saved_to_level_median"] is None
+            else savings["saved_to_level_median"] >= PRUNING_SAVING_TARGET,
+        },
+    }
+    for name, t in targets.items():
+        measured = t["measured"]
+        shown = pct(measured) if name == "pruning_saving" else fmt(measured)
+        console.print(f"target {name}: {t['target']}: {shown} -> {check(t['met'])}")
+    return {
+        "strategies": summaries,
+        "pruning": savings,
+        "targets": targets,
+        "trials": {s: [{"seed": r.seed, "keys": r.keys, "costs": [round(c, 3) for c in r.costs], "states": r.states}
+                       for r in rs] for s, rs in replays.items()},
+    }
+
+
+# ------------------------------------------------------------------------------------------------ live
+def live_study(landscape: Landscape, budget: int, quick: bool) -> dict[str, Any]:
+    from autotune.objectives import config_key
+    from autotune.spec import load_spec
+    from autotune.tuner import Tuner
+
+    confirm = {"top_k": 1, "repeats": 1} if quick else {"top_k": 2, "repeats": 1}
+    document = landscape.document("search-live", {"name": "tpe", "seed": 0}, budget, confirm=confirm)
+    path = fresh_study_file(document, RUNS / "search_live")
+    spec = load_spec(path)
+    started = time.monotonic()
+    summary = Tuner(spec).run()
+    elapsed = time.monotonic() - started
+    trials = []
+    for t in summary.study.get_trials(deepcopy=False):
+        key = t.user_attrs.get("config_key") or config_key(t.user_attrs.get("config", {}))
+        trials.append({
+            "number": t.number, "role": t.user_attrs.get("role"), "outcome": t.user_attrs.get("outcome"),
+            "config_key": key, "live_throughput_samples_s": t.user_attrs.get("throughput_samples_s"),
+            "landscape_throughput_samples_s": landscape.value(key), "wall_s": t.user_attrs.get("wall_s"),
+        })
+    search = [t for t in trials if t["role"] != "confirm"]
+    target = LEVEL * landscape.best
+    reached = next((i + 1 for i, t in enumerate(search)
+                    if t["outcome"] == "complete" and (t["landscape_throughput_samples_s"] or 0) >= target), None)
+    chosen_key = config_key(summary.best_config.model_dump()) if summary.best_config else None
+    chosen_value = landscape.value(chosen_key) if chosen_key else None
+    best_key = max((k for k in landscape.records if landscape.value(k)), key=lambda k: landscape.value(k) or 0.0)
+    result = {
+        "budget": budget,
+        "elapsed_s": round(elapsed, 1),
+        "search_trial_s": round(sum(t["wall_s"] or 0.0 for t in search), 1),
+        "all_trial_s": round(sum(t["wall_s"] or 0.0 for t in trials), 1),
+        "trials_to_level_by_landscape": reached,
+        "chosen": summary.best_config.short() if summary.best_config else None,
+        "chosen_config_key": chosen_key,
+        "chosen_live_median_samples_s": summary.best.median if summary.best else None,
+        "chosen_landscape_samples_s": chosen_value,
+        "chosen_of_grid_best": ratio(chosen_value, landscape.best),
+        "grid_best": landscape.records[best_key]["label"],
+        "grid_best_samples_s": landscape.best,
+        "chosen_is_grid_best": chosen_key == best_key,
+        "speedup_over_baseline": summary.speedup,
+        "trials": trials,
+    }
+    print_table(
+        f"Live study: the tuner, {budget} trials (baseline included) + confirmation, against the grid",
+        ["measure", "value"],
+        [
+            ["wall time of the whole study s", result["elapsed_s"]],
+            ["trial-seconds (search / all)", f"{result['search_trial_s']} / {result['all_trial_s']}"],
+            [f"trials until {LEVEL:.0%} of the grid's best (by landscape values)", reached],
+            ["chosen configuration", result["chosen"]],
+            ["chosen: landscape samples/s (of the grid's best)",
+             f"{fmt(chosen_value)} ({pct(result['chosen_of_grid_best'])})"],
+            ["grid's best", f"{result['grid_best']}: {landscape.best:,.0f} samples/s"],
+            ["chosen: live median samples/s", result["chosen_live_median_samples_s"]],
+            ["speed-up over the baseline (live)", result["speedup_over_baseline"]],
+        ],
+    )
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 3 seeds on the quick landscape")
+    parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/search_efficiency[_live].json)")
+    parser.add_argument("--landscape", type=Path, help="landscape JSON (default benchmarks/landscape.json)")
+    parser.add_argument("--seeds", type=int, help="replayed seeds per strategy (default 20; quick 3)")
+    parser.add_argument("--max-trials", type=int, help="trials per replayed study (default twice the grid size)")
+    parser.add_argument("--budget", type=int, help="trials of a study: live run and fixed-budget columns (default 15)")
+    parser.add_argument("--live", action="store_true", help="run one real study instead of replaying")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    quiet_optuna()
+    landscape = Landscape.load(args.landscape or default_out("landscape", quick))
+    budget = args.budget or (5 if quick else 15)
+    name = "search_efficiency_live" if args.live else "search_efficiency"
+    out = args.out or default_out(name, quick)
+    started = time.monotonic()
+    machine = machine_facts()
+    settings: dict[str, Any] = {"quick": quick, "landscape": str(landscape.path), "landscape_date": None,
+                                "landscape_configs": landscape.size, "landscape_best_samples_s": landscape.best,
+                                "level": LEVEL, "budget": budget, "workload": MLP.entrypoint}
+    settings["landscape_date"] = read_json(landscape.path).get("date")
+    if args.live:
+        with stage(f"live study: {budget} trials + confirmation"):
+            results = live_study(landscape, budget, quick)
+    else:
+        seeds = args.seeds or (3 if quick else 20)
+        max_trials = args.max_trials or 2 * landscape.size
+        settings.update(seeds=seeds, max_trials=max_trials, strategies=list(STRATEGIES))
+        with stage(f"replaying {len(STRATEGIES)} strategies x {seeds} seeds"):
+            replays = run_replays(landscape, seeds, max_trials, budget)
+        results = report_replays(landscape, replays, budget)
+    write_json(out, name, settings, results, machine, started)
+
+
+if __name__ == "__main__":
+    main()
