@@ -1,0 +1,221 @@
+"""Calibration gain: the configuration autotune chooses against the workload's default, side by side.
+
+For each built-in reference workload (mlp, convnet, lm): ``autotune.calibrate()`` runs a fresh study over
+the workload's knobs (short trials, TPE + median pruning, the default warm launcher), then the default
+configuration (num_workers 0, fp32, no checkpointing, 25 MB buckets, base batch, one rank) and the chosen
+one are measured side by side in one run: ``--repeats`` trials each, interleaved, all with the same
+trial length (warm-up and steps). For mlp, when a landscape was recorded (landscape.py), the grid's best
+configuration is measured alongside too, so "within 3% of the grid's best" compares like with like.
+
+Reported per workload: median throughput of each arm, their spread ((max - min) / median), the gain
+(chosen median / default median) and, for mlp, chosen / grid's best.
+
+Targets: gain >= 1.5x on each CPU reference workload; mlp's choice within 3% of the grid's best.
+
+    python benchmarks/calibration_gain.py            # full: about 10 minutes on 2 cores
+    python benchmarks/calibration_gain.py --quick    # smoke run: about 2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    MLP_GRID,
+    RUNS,
+    WORKLOADS,
+    Trials,
+    WorkloadRef,
+    check,
+    console,
+    default_out,
+    fmt,
+    fresh_study_file,
+    interleaved,
+    machine_caption,
+    machine_facts,
+    make_spec,
+    median,
+    pct,
+    print_table,
+    quiet_optuna,
+    ratio,
+    read_json,
+    space_of_grid,
+    spread,
+    stage,
+    study_document,
+    warn_if_busy,
+    write_json,
+)
+
+GAIN_TARGET = 1.5
+GRID_TARGET = 0.97  # within 3% of the grid's best
+
+#: Knobs searched for the workloads without a landscape (a user's study file would look like this).
+GENERAL_SPACE: dict[str, Any] = {
+    "batch_size": {"low": 16, "high": 256, "log": True},
+    "num_workers": {"low": 0, "high": 2},
+    "amp": {"choices": ["off", "bf16"]},
+    "activation_checkpointing": {"choices": [False, True]},
+    "world_size": {"choices": [1, 2]},
+}
+SEARCH_TRIAL = {"warmup_steps": 3, "max_steps": 30, "report_every": 3, "max_seconds": 90}
+SEARCH_TRIAL_QUICK = {"warmup_steps": 2, "max_steps": 10, "report_every": 2, "max_seconds": 60}
+MEASURE_TRIAL = {"warmup_steps": 5, "max_steps": 60, "report_every": 5, "max_seconds": 240}
+MEASURE_TRIAL_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
+
+
+def landscape_of(quick: bool, path: Path | None) -> dict[str, Any] | None:
+    path = path or default_out("landscape", quick)
+    if not path.exists():
+        return None
+    data = read_json(path)
+    complete = [r for r in data["results"]["configs"] if r["outcome"] == "complete" and r["throughput_samples_s"]]
+    if not complete:
+        return None
+    best = max(complete, key=lambda r: r["throughput_samples_s"])
+    return {"path": str(path), "date": data.get("date"), "search_space": data["settings"]["search_space"],
+            "best": best}
+
+
+def calibrate_workload(name: str, workload: WorkloadRef, space: dict[str, Any], quick: bool
+                       ) -> tuple[Any, float, Any]:
+    """A fresh study for ``workload``; returns (Calibration, seconds it took, the default configuration as
+    the study's baseline trial ran it)."""
+    import autotune
+
+    document = study_document(
+        f"gain-{name}", workload, space, SEARCH_TRIAL_QUICK if quick else SEARCH_TRIAL,
+        sampler={"name": "tpe", "seed": 0}, pruner={"name": "median"}, n_trials=4 if quick else 12,
+        confirm={"top_k": 1, "repeats": 1} if quick else {"top_k": 2, "repeats": 1},
+    )
+    path = fresh_study_file(document, RUNS / "calibration_gain" / name)
+    started = time.monotonic()
+    calibration = autotune.calibrate(path)
+    elapsed = time.monotonic() - started
+    return calibration, elapsed, make_spec(document).space().default_config()
+
+
+def measure(name: str, workload: WorkloadRef, arms: dict[str, Any], repeats: int, limits: dict[str, Any]
+            ) -> dict[str, list[dict[str, Any]]]:
+    """Each arm (a TrialConfig) ``repeats`` times, interleaved, with the same trial limits."""
+    labels = list(arms)
+    with Trials(workload, RUNS / "calibration_gain" / name / "measure") as trials:
+        trials.run(arms[labels[0]], {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")  # start the zygote
+
+        def run(label: str, repeat: int) -> dict[str, Any]:
+            result = trials.run(arms[label], limits, "warm", tag=label)
+            console.print(f"  {name} {label:9s} #{repeat + 1}: {result.outcome.value}, "
+                          f"{fmt(result.throughput_samples_s)} samples/s")
+            return {"outcome": result.outcome.value, "throughput_samples_s": result.throughput_samples_s,
+                    "wall_s": round(result.wall_s, 3), "peak_memory_mb": result.peak_memory_mb}
+
+        runs = interleaved(labels, repeats, run)
+    return dict(zip(labels, runs, strict=True))
+
+
+def arm_stats(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    values = [r["throughput_samples_s"] for r in runs if r["outcome"] == "complete" and r["throughput_samples_s"]]
+    return {"median": median(values), "spread": spread(values), "values": values, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 4-trial studies, short trials, 1 repeat")
+    parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/calibration_gain.json)")
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "convnet", "lm"])
+    parser.add_argument("--repeats", type=int, help="side-by-side trials per arm (default 3; quick 1)")
+    parser.add_argument("--landscape", type=Path, help="MLP landscape JSON (default benchmarks/landscape.json)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    repeats = args.repeats or (1 if quick else 3)
+    limits = MEASURE_TRIAL_QUICK if quick else MEASURE_TRIAL
+    out = args.out or default_out("calibration_gain", quick)
+    quiet_optuna()
+
+    started = time.monotonic()
+    machine = machine_facts()
+    warn_if_busy(machine)
+    landscape = landscape_of(quick, args.landscape)
+    results: dict[str, Any] = {}
+    for name in args.workloads:
+        workload = WORKLOADS[name]
+        space = GENERAL_SPACE
+        if name == "mlp":
+            space = landscape["search_space"] if landscape else space_of_grid(MLP_GRID)
+        with stage(f"{name}: calibrating"):
+            calibration, calibrate_s, default = calibrate_workload(name, workload, space, quick)
+        console.print(f"  chose {calibration.summary()}")
+        from autotune.search_space import TrialConfig
+
+        arms: dict[str, Any] = {"default": default, "chosen": calibration.config}
+        grid_best = None
+        if name == "mlp" and landscape is not None:
+            grid_best = TrialConfig.model_validate(landscape["best"]["config"])
+            if grid_best != calibration.config:
+                arms["grid-best"] = grid_best
+        with stage(f"{name}: {len(arms)} arms x {repeats} repeats, interleaved"):
+            runs = measure(name, workload, arms, repeats, limits)
+        stats = {label: arm_stats(r) for label, r in runs.items()}
+        chosen, base = stats["chosen"]["median"], stats["default"]["median"]
+        best_median = stats["grid-best"]["median"] if "grid-best" in stats else (chosen if grid_best else None)
+        results[name] = {
+            "space": space,
+            "calibration_s": round(calibrate_s, 1),
+            "study_trials": len(calibration.study.get_trials(deepcopy=False)),
+            "chosen": calibration.config.short(),
+            "chosen_config": calibration.config.model_dump(),
+            "default": default.short(),
+            "study_speedup": calibration.speedup,
+            "chosen_is_default": calibration.config == default,
+            "grid_best": grid_best.short() if grid_best is not None else None,
+            "chosen_is_grid_best": grid_best is not None and grid_best == calibration.config,
+            "arms": stats,
+            "gain": ratio(chosen, base),
+            "chosen_of_grid_best": ratio(chosen, best_median) if grid_best is not None else None,
+        }
+    rows = []
+    for name, r in results.items():
+        arms = r["arms"]
+        gain = r["gain"]
+        of_grid = r["chosen_of_grid_best"]
+        rows.append([
+            name, r["chosen"] + (" (the default)" if r["chosen_is_default"] else ""), r["calibration_s"],
+            arms["default"]["median"], pct(arms["default"]["spread"]),
+            arms["chosen"]["median"], pct(arms["chosen"]["spread"]),
+            f"{fmt(gain)} {check(None if gain is None else gain >= GAIN_TARGET)}",
+            "-" if of_grid is None else f"{pct(of_grid)} {check(of_grid >= GRID_TARGET)}",
+        ])
+    print_table(
+        f"Calibration gain: chosen vs default, median of {repeats} interleaved trials each "
+        f"({limits['max_steps']} steps, warm-up {limits['warmup_steps']})",
+        ["workload", "chosen", "calibrate s", "default samples/s", "spread", "chosen samples/s", "spread",
+         f"gain (>= {GAIN_TARGET:g}x)", f"of grid's best (>= {pct(GRID_TARGET)})"],
+        rows,
+        caption=machine_caption(machine),
+    )
+    targets = {
+        name: {"gain": r["gain"], "gain_met": None if r["gain"] is None else r["gain"] >= GAIN_TARGET,
+               "chosen_of_grid_best": r["chosen_of_grid_best"],
+               "grid_met": None if r["chosen_of_grid_best"] is None else r["chosen_of_grid_best"] >= GRID_TARGET}
+        for name, r in results.items()
+    }
+    write_json(
+        out,
+        "calibration_gain",
+        {"quick": quick, "repeats": repeats, "measure_trial": limits,
+         "search_trial": SEARCH_TRIAL_QUICK if quick else SEARCH_TRIAL, "workloads": args.workloads,
+         "landscape": landscape and {"path": landscape["path"], "date": landscape["date"]},
+         "targets": {"gain": GAIN_TARGET, "of_grid_best": GRID_TARGET}},
+        {"workloads": results, "targets": targets},
+        machine,
+        started,
+    )
+
+
+if __name__ == "__main__":
+    main()
