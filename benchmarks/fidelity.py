@@ -1,0 +1,181 @@
+"""Fidelity: do short trials predict the real run?
+
+Takes the top ``--top`` configurations of a recorded landscape (landscape.py) and runs each twice in one
+run: a short trial exactly as long as the landscape's trials, and a long one ``--factor`` times longer
+(max_steps and the reporting window scaled, the same warm-up). Each configuration's short and long trial
+run back to back (alternating which goes first), configurations in a seeded random order. Reported:
+Spearman's rank correlation of throughput, short vs long (for the short trials of this run and for the
+landscape's own measurements), and the chosen configuration's (the landscape's best) long-run throughput
+against its trial estimate.
+
+Targets: rho >= 0.9; the chosen configuration's long run within 5% of its trial estimate.
+
+    python benchmarks/fidelity.py            # full: 10 configurations, 10x longer, about 6 minutes on 2 cores
+    python benchmarks/fidelity.py --quick    # smoke run: 3 configurations of the quick landscape, 3x longer
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    RUNS,
+    Trials,
+    WorkloadRef,
+    check,
+    console,
+    default_out,
+    fmt,
+    machine_caption,
+    machine_facts,
+    pct,
+    print_table,
+    ratio,
+    read_json,
+    seeded_shuffle,
+    spearman,
+    stage,
+    warn_if_busy,
+    write_json,
+)
+
+RHO_TARGET = 0.9
+ESTIMATE_TARGET = 0.05
+
+
+def scipy_spearman(x: list[float], y: list[float]) -> float | None:
+    """scipy's value, as a cross-check of ours, when scipy is installed."""
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:
+        return None
+    return float(spearmanr(x, y).statistic)
+
+
+def long_limits(short: dict[str, Any], factor: int) -> dict[str, Any]:
+    warmup, steps = short["warmup_steps"], short["max_steps"]
+    return {
+        "warmup_steps": warmup,
+        "max_steps": steps * factor,
+        "report_every": (short.get("report_every") or max(1, (steps - warmup) // 8)) * factor,
+        "max_seconds": float(short.get("max_seconds", 60)) * factor + 60,
+        "hang_seconds": 60,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: top 3 of the quick landscape, 3x longer")
+    parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/fidelity.json)")
+    parser.add_argument("--landscape", type=Path, help="landscape JSON (default benchmarks/landscape.json)")
+    parser.add_argument("--top", type=int, help="configurations (default 10; quick 3)")
+    parser.add_argument("--factor", type=int, help="how many times longer the long run is (default 10; quick 3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the measuring order")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    top = args.top or (3 if quick else 10)
+    factor = args.factor or (3 if quick else 10)
+    path = args.landscape or default_out("landscape", quick)
+    if not path.exists():
+        raise SystemExit(f"{path}: no landscape recorded; run `python benchmarks/landscape.py{' --quick' * quick}` "
+                         "first")
+    landscape = read_json(path)
+    settings = landscape["settings"]
+    short = dict(settings["limits"])
+    long = long_limits(short, factor)
+    out = args.out or default_out("fidelity", quick)
+
+    from autotune.search_space import TrialConfig
+
+    complete = [r for r in landscape["results"]["configs"] if r["outcome"] == "complete" and r["throughput_samples_s"]]
+    chosen = sorted(complete, key=lambda r: -r["throughput_samples_s"])[:top]
+    if len(chosen) < 2:
+        raise SystemExit(f"{path}: fewer than 2 complete configurations")
+
+    started = time.monotonic()
+    machine = machine_facts()
+    warn_if_busy(machine)
+    workload = WorkloadRef(settings["workload"], settings["workload_args"])
+    rows: list[dict[str, Any]] = []
+    with Trials(workload, RUNS / "fidelity") as trials:
+        with stage("starting the warm launcher (one discarded trial)"):
+            trials.run(trials.config({}), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
+        with stage(f"{len(chosen)} configurations: a short trial ({short['max_steps']} steps) and a long one "
+                   f"({long['max_steps']} steps) each"):
+            for position, record in enumerate(seeded_shuffle(chosen, args.seed)):
+                config = TrialConfig.model_validate(record["config"])
+                tag = record["label"].replace(" ", "_")
+                lengths = [("short", short), ("long", long)]
+                measured: dict[str, Any] = {}
+                for kind, limits in lengths if position % 2 == 0 else lengths[::-1]:
+                    result = trials.run(config, limits, "warm", tag=f"{kind}-{tag}")
+                    measured[kind] = result
+                rows.append({
+                    "label": record["label"],
+                    "config_key": record["config_key"],
+                    "landscape_samples_s": record["throughput_samples_s"],
+                    "short_samples_s": measured["short"].throughput_samples_s,
+                    "long_samples_s": measured["long"].throughput_samples_s,
+                    "short_outcome": measured["short"].outcome.value,
+                    "long_outcome": measured["long"].outcome.value,
+                    "long_wall_s": round(measured["long"].wall_s, 2),
+                })
+                console.print(f"  {record['label']:40s} landscape {fmt(record['throughput_samples_s'])}, short "
+                              f"{fmt(rows[-1]['short_samples_s'])}, long {fmt(rows[-1]['long_samples_s'])} samples/s")
+    rows.sort(key=lambda r: -r["landscape_samples_s"])
+    ok = [r for r in rows if r["short_samples_s"] and r["long_samples_s"]]
+    shorts = [r["short_samples_s"] for r in ok]
+    longs = [r["long_samples_s"] for r in ok]
+    recorded = [r["landscape_samples_s"] for r in ok]
+    rho = spearman(shorts, longs)
+    rho_landscape = spearman(recorded, longs)
+    best = rows[0]  # the configuration a study on these trials chooses
+    estimate = ratio(best["long_samples_s"], best["short_samples_s"])
+    estimate_landscape = ratio(best["long_samples_s"], best["landscape_samples_s"])
+    print_table(
+        f"Short ({short['max_steps']} steps) vs long ({long['max_steps']} steps) trials, top {len(rows)} of "
+        f"{path.name}",
+        ["configuration", "landscape samples/s", "short samples/s", "long samples/s", "long/short", "long s"],
+        [[r["label"], r["landscape_samples_s"], r["short_samples_s"], r["long_samples_s"],
+          ratio(r["long_samples_s"], r["short_samples_s"]), r["long_wall_s"]] for r in rows],
+        caption=machine_caption(machine),
+    )
+    rho_met = None if rho is None else rho >= RHO_TARGET
+    estimate_met = None if estimate is None else abs(estimate - 1) <= ESTIMATE_TARGET
+    print_table(
+        "Fidelity",
+        ["measure", "value", "target"],
+        [
+            ["Spearman rho, short (this run) vs long", fmt(rho), f">= {RHO_TARGET:g}: {check(rho_met)}"],
+            ["Spearman rho, landscape vs long", fmt(rho_landscape), "-"],
+            [f"chosen ({best['label']}): long / short trial", fmt(estimate),
+             f"within {pct(ESTIMATE_TARGET)}: {check(estimate_met)}"],
+            ["chosen: long / landscape trial", fmt(estimate_landscape), "-"],
+        ],
+    )
+    write_json(
+        out,
+        "fidelity",
+        {"quick": quick, "landscape": str(path), "landscape_date": landscape.get("date"), "top": len(rows),
+         "factor": factor, "short": short, "long": long, "seed": args.seed},
+        {
+            "configs": rows,
+            "spearman_short_long": rho,
+            "spearman_short_long_scipy": scipy_spearman(shorts, longs) if len(ok) > 1 else None,
+            "spearman_landscape_long": rho_landscape,
+            "chosen": best["label"],
+            "chosen_long_over_short": estimate,
+            "chosen_long_over_landscape": estimate_landscape,
+            "targets": {"rho": RHO_TARGET, "rho_met": rho_met, "estimate_within": ESTIMATE_TARGET,
+                        "estimate_met": estimate_met},
+        },
+        machine,
+        started,
+    )
+
+
+if __name__ == "__main__":
+    main()
