@@ -484,7 +484,31 @@ class StudySpec(BaseModel):
                 raise ValueError(
                     "baseline.amp: fp16 needs CUDA; use off or bf16, or set launcher.device: cuda"
                 )
+        self._check_nodes()
         return self
+
+    def _check_nodes(self) -> None:
+        """On SLURM a trial runs W / nodes ranks on each node: every world size must divide evenly."""
+        nodes = self.launcher.nodes
+        if self.launcher.kind != "slurm" or nodes == 1:
+            return
+        spec = self.search_space.world_size
+        if isinstance(spec, IntRange):
+            sizes: tuple[Any, ...] = tuple(range(spec.low, spec.high + 1, spec.step))
+        else:
+            sizes = self.search_space.values_of("world_size") or (KNOBS["world_size"].default,)
+        odd = [w for w in sizes if w % nodes]
+        if odd:
+            raise ValueError(
+                f"search_space.world_size: {odd[0]} ranks cannot be split over launcher.nodes ({nodes}); "
+                f"give world sizes that are multiples of {nodes}, e.g. {{choices: [{nodes}, {2 * nodes}]}}"
+            )
+        baseline = self.baseline.get("world_size", KNOBS["world_size"].default)
+        if baseline % nodes:
+            raise ValueError(
+                f"baseline.world_size: the baseline runs {baseline} rank(s), which cannot be split over "
+                f"launcher.nodes ({nodes}); set baseline: {{world_size: {nodes}}}"
+            )
 
     # -- resolved values --------------------------------------------------------------------------
     @property

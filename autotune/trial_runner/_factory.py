@@ -19,4 +19,9 @@ def make_launcher(spec: Any) -> Launcher:
         from autotune.trial_runner._warm import WarmLauncher
 
         return WarmLauncher()
-    raise UsageError(f"{spec.source}: launcher.kind: {kind!r} is not available in this version; use local")
+    if kind == "slurm":
+        from autotune.trial_runner._slurm import SlurmLauncher
+
+        cfg = spec.launcher
+        return SlurmLauncher(nodes=cfg.nodes, partition=cfg.partition, time_limit=cfg.time, srun_args=cfg.srun_args)
+    raise UsageError(f"{spec.source}: launcher.kind: {kind!r} is not available in this version; use local or slurm")
