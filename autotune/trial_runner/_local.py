@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 
 from autotune.errors import LaunchError
 from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._lease import Lease, LeaseBoard
 from autotune.trial_runner._plan import TrialPlan
 
 PR_SET_PDEATHSIG = 1
@@ -46,6 +49,12 @@ def _die_with_tuner() -> None:  # pragma: no cover - runs in the child between f
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
+def _start_child(cores: tuple[int, ...]) -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Die with the tuner, and stay on the leased cores (every process the child starts inherits them)."""
+    _die_with_tuner()
+    os.sched_setaffinity(0, cores)
+
+
 def become_subreaper() -> None:
     """Orphans of our trials (a DataLoader worker whose rank died) are re-parented to us, so we find them."""
     with contextlib.suppress(OSError, AttributeError):
@@ -55,10 +64,13 @@ def become_subreaper() -> None:
 class ProcessTreeHandle(RunHandle):
     """A run rooted at one local process (torchrun, or srun): tracks its whole tree and kills it all."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], trial_dir: Path, log_err: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], trial_dir: Path, log_err: Path, lease: Lease | None = None
+    ) -> None:
         self.proc = proc
         self.trial_dir = trial_dir
         self.log_err = log_err
+        self.lease = lease  # released by terminate(), once nothing of the run is left
         self._seen: dict[int, psutil.Process] = {}
         with contextlib.suppress(psutil.Error):
             self._seen[proc.pid] = psutil.Process(proc.pid)
@@ -147,6 +159,8 @@ class ProcessTreeHandle(RunHandle):
                     proc.kill()
             psutil.wait_procs(leftover, timeout=5)
             self._reap()
+        if self.lease is not None:
+            self.lease.release()
 
     def _reap(self) -> None:
         """Collect orphans that were re-parented to us (we are a subreaper), so no zombie stays."""
@@ -195,13 +209,19 @@ class LocalLauncher(Launcher):
     """torchrun on this machine: ``--nproc-per-node=W`` with a c10d rendezvous on a free local port.
 
     torchrun runs in a new session (its own process group) and receives SIGTERM when the tuner dies; the
-    ranks themselves watch the tuner too (see ``_rank.die_with_parents``).
+    ranks themselves watch the tuner too (see ``_rank.die_with_parents``). Each trial first leases its
+    cores (and GPUs) on this machine (``_lease``): launch waits while other trials hold them, then pins
+    the run to them.
     """
 
     name = "local"
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, leases: LeaseBoard | None = None, lease_timeout_s: float | None = None
+    ) -> None:
         self.extra_env = env or {}
+        self.leases = leases or LeaseBoard()
+        self.lease_timeout_s = lease_timeout_s
         become_subreaper()
 
     def command(self, plan: TrialPlan, trial_dir: Path) -> list[str]:
@@ -221,6 +241,7 @@ class LocalLauncher(Launcher):
 
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
         out, err = trial_dir / "launcher.out", trial_dir / "launcher.err"
+        lease = lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)
         try:
             with out.open("wb") as stdout, err.open("wb") as stderr:
                 proc = subprocess.Popen(
@@ -229,10 +250,24 @@ class LocalLauncher(Launcher):
                     stdout=stdout,
                     stderr=stderr,
                     cwd=plan.base_dir,
-                    env=trial_environment(plan, self.extra_env),
+                    env=trial_environment(plan, {**lease.env(plan.config.world_size), **self.extra_env}),
                     start_new_session=True,
-                    preexec_fn=_die_with_tuner,
+                    preexec_fn=functools.partial(_start_child, lease.cores),
                 )
         except OSError as e:
+            lease.release()
             raise LaunchError(f"cannot start torchrun for {trial_dir}: {e}") from e
-        return ProcessTreeHandle(proc, trial_dir, err)
+        except BaseException:
+            lease.release()
+            raise
+        return ProcessTreeHandle(proc, trial_dir, err, lease=lease)
+
+
+def lease_for(leases: LeaseBoard, plan: TrialPlan, trial_dir: Path, timeout_s: float | None) -> Lease:
+    """Hold the cores (and GPUs) of one trial. A trial that had to wait for them has its launch time in
+    config.json moved to now, so its time to first step does not count the wait."""
+    request = leases.request(plan.config.world_size, plan.config.device)
+    lease = leases.acquire(request, timeout_s=timeout_s, what=f"trial {trial_dir.name}")
+    if lease.waited_s > 0.05:
+        plan.model_copy(update={"launched_at": time.time()}).write(trial_dir)
+    return lease

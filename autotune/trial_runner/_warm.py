@@ -24,7 +24,14 @@ import psutil
 
 from autotune.errors import LaunchError
 from autotune.trial_runner._base import Launcher, RunHandle
-from autotune.trial_runner._local import ProcessTreeHandle, _die_with_tuner, become_subreaper, trial_environment
+from autotune.trial_runner._lease import LeaseBoard
+from autotune.trial_runner._local import (
+    ProcessTreeHandle,
+    _die_with_tuner,
+    become_subreaper,
+    lease_for,
+    trial_environment,
+)
 from autotune.trial_runner._plan import TrialPlan
 from autotune.trial_runner._zygote import ERR_FILE, EXIT_FILE
 
@@ -82,8 +89,12 @@ class WarmLauncher(Launcher):
 
     name = "local"
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, leases: LeaseBoard | None = None, lease_timeout_s: float | None = None
+    ) -> None:
         self.extra_env = env or {}
+        self.leases = leases or LeaseBoard()
+        self.lease_timeout_s = lease_timeout_s
         self._zygote: subprocess.Popen[bytes] | None = None
         become_subreaper()
 
@@ -127,24 +138,30 @@ class WarmLauncher(Launcher):
         return data
 
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
-        zygote = self._start(plan)
-        request = {
-            "trial_dir": str(trial_dir),
-            "world_size": plan.config.world_size,
-            "env": trial_environment(plan, self.extra_env),
-            "cwd": plan.base_dir,
-        }
-        stdin = zygote.stdin
-        assert stdin is not None
+        lease = lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)
         try:
-            stdin.write((json.dumps(request) + "\n").encode())
-            stdin.flush()
-        except OSError as e:
-            self._zygote = None
-            raise LaunchError(f"the warm trial launcher is gone: {e}") from e
-        reply = self._read(zygote, REPLY_TIMEOUT_S)
+            zygote = self._start(plan)
+            lease.pin(zygote.pid)  # the trial's leader is forked now and inherits the leased cores
+            request = {
+                "trial_dir": str(trial_dir),
+                "world_size": plan.config.world_size,
+                "env": trial_environment(plan, {**lease.env(plan.config.world_size), **self.extra_env}),
+                "cwd": plan.base_dir,
+            }
+            stdin = zygote.stdin
+            assert stdin is not None
+            try:
+                stdin.write((json.dumps(request) + "\n").encode())
+                stdin.flush()
+            except OSError as e:
+                self._zygote = None
+                raise LaunchError(f"the warm trial launcher is gone: {e}") from e
+            reply = self._read(zygote, REPLY_TIMEOUT_S)
+        except BaseException:
+            lease.release()
+            raise
         leader = _Leader(int(reply["pid"]), trial_dir)
-        return ProcessTreeHandle(leader, trial_dir, trial_dir / ERR_FILE)  # type: ignore[arg-type]
+        return ProcessTreeHandle(leader, trial_dir, trial_dir / ERR_FILE, lease=lease)  # type: ignore[arg-type]
 
     def close(self) -> None:
         zygote, self._zygote = self._zygote, None
