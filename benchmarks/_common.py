@@ -440,3 +440,13 @@ def stage(message: str) -> Iterator[None]:
     console.print(f"[bold]{message}[/bold]")
     yield
     console.print(f"  done in {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    # `python benchmarks/_common.py`: this machine, as benchmarks/README.md records it.
+    facts = machine_facts()
+    print(
+        f"{datetime.date.today().isoformat()}: {facts['nproc']} cores (`nproc`), {facts['cpu_model']}, "
+        f"{facts['ram_gb']} GB RAM, torch {facts['torch']}, optuna {facts['optuna']}, Python {facts['python']}, "
+        f"load average {facts['load_avg_1m_at_start']}"
+    )

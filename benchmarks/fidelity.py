@@ -10,7 +10,7 @@ against its trial estimate.
 
 Targets: rho >= 0.9; the chosen configuration's long run within 5% of its trial estimate.
 
-    python benchmarks/fidelity.py            # full: 10 configurations, 10x longer, about 6 minutes on 2 cores
+    python benchmarks/fidelity.py            # full: 10 configurations, 10x longer, about 5 minutes on 2 cores
     python benchmarks/fidelity.py --quick    # smoke run: 3 configurations of the quick landscape, 3x longer
 """
 

@@ -8,7 +8,7 @@ time, time to first step, peak memory, and every reporting window (step, seconds
 so far, window throughput, memory, loss), so that search_efficiency.py can replay studies against it,
 pruning included, and fidelity.py can pick its top configurations.
 
-    python benchmarks/landscape.py            # full: 60 trials, about 5 minutes on 2 cores
+    python benchmarks/landscape.py            # full: 60 trials, about 3 minutes on 2 cores
     python benchmarks/landscape.py --quick    # smoke run: 12 configurations, short trials, under a minute
 """
 

@@ -12,7 +12,7 @@ of a study only: it is measured separately, on fresh launchers, as the first tri
 
 Target: overhead <= 5% of a 20 s trial at world size 2 with the default (warm) launcher.
 
-    python benchmarks/overhead.py            # full: about 10 minutes on 2 cores
+    python benchmarks/overhead.py            # full: about 8 minutes on 2 cores
     python benchmarks/overhead.py --quick    # smoke run: about a minute
 """
 

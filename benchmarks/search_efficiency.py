@@ -22,8 +22,8 @@ the 95% level), and over a fixed budget of ``--budget`` trials. Confirmation run
 ``--live`` runs one real study instead (the tuner on a generated study file: the landscape's workload,
 space and trial length, ``--budget`` trials) and compares what it found with the grid's best.
 
-    python benchmarks/search_efficiency.py                    # replay: 20 seeds, about 2-4 minutes, no trials run
-    python benchmarks/search_efficiency.py --live             # one real study: about 2 minutes on 2 cores
+    python benchmarks/search_efficiency.py                    # replay: 20 seeds, under a minute, no trials run
+    python benchmarks/search_efficiency.py --live             # one real study: about 1-2 minutes on 2 cores
     python benchmarks/search_efficiency.py --quick [--live]   # smoke runs on the quick landscape
 """
 
