@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from autotune.trial_runner._rank import (
@@ -40,8 +42,12 @@ def main(argv: list[str]) -> None:
         trainer.finish(trainer.train())
         code = 0
     except BaseException as error:
-        write_error(trial_dir, rank, error)
+        # From here on a DataLoader worker's death must not raise again (torch's SIGCHLD handler would, from
+        # inside write_error, and the rank's error record would be lost).
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        write_error(trial_dir, rank, _dataloader_worker_failure(error) or error)
     finally:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # killing our workers below is no error
         kill_own_children()
         if code == 0:
             import torch.distributed as dist
@@ -51,6 +57,26 @@ def main(argv: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _dataloader_worker_failure(error: BaseException) -> BaseException | None:
+    """torch's error for a DataLoader worker of this rank that died, if one did: the cause of what the rank
+    then hit. A reset connection or an EOF while receiving a batch can come a moment before the dead worker
+    is seen, so those wait up to a second for it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    deadline = time.monotonic() + (1.0 if isinstance(error, (OSError, EOFError)) else 0.0)
+    while True:
+        try:
+            torch._C._error_if_any_worker_fails()
+        except RuntimeError as e:
+            return e
+        except Exception:
+            return None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":
