@@ -90,8 +90,17 @@ def _make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
     if name == "qmc":
         return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
     if name == "grid":
-        return optuna.samplers.GridSampler(grid_points(space), seed=seed)
+        return _GridSampler(grid_points(space), seed=seed)
     raise UsageError(f"sampler {name!r} is not supported")
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler, less the ``study.stop()`` it calls once the grid is covered: that works only
+    inside ``Study.optimize`` and raised RuntimeError from the last grid trial's tell, ending the run.
+    autotune's loop stops at its budget; trials past the grid repeat a grid point."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        return None
 
 
 def grid_points(space: SearchSpace) -> dict[str, list[Any]]:
