@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -58,7 +59,7 @@ def trial_progress(console: Console, limits: TrialLimits, enabled: bool = True) 
 
 def print_trial_result(console: Console, config: TrialConfig, result: TrialResult) -> None:
     style = OUTCOME_STYLE.get(result.outcome.value, "white")
-    console.print(f"[bold {style}]{result.outcome.value}[/]  {result.reason}")
+    console.print(f"[bold {style}]{result.outcome.value}[/]  {escape(result.reason)}")
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("config", config.short())
     table.add_row("throughput", fmt(result.throughput_samples_s, ",.1f", " samples/s"))
@@ -151,7 +152,7 @@ class RunView(Observer):
             style = OUTCOME_STYLE.get(outcome, "white")
             self.console.print(
                 f"#{number:<3} {role:<8} [{style}]{outcome:<9}[/] {row[3]:>10} samples/s {ratio:>6}  "
-                f"{row[5]:>6} MB  {config.short()}{'' if outcome == 'complete' else f'  ({result.reason})'}",
+                f"{row[5]:>6} MB  {config.short()}{'' if outcome == 'complete' else f'  ({escape(result.reason)})'}",
                 highlight=False,
                 soft_wrap=True,
             )

@@ -7,6 +7,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.console import OUTCOME_STYLE, fmt
@@ -69,7 +70,7 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         outcome = str(a.get("outcome", t.state.name.lower()))
         table.add_row(str(t.number), str(a.get("role", "")), f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
                       fmt(a.get("throughput_samples_s"), ",.0f"), fmt(a.get("peak_memory_mb"), ",.0f"),
-                      fmt(a.get("loss"), ".4g"), str(a.get("reason", ""))[:60])
+                      fmt(a.get("loss"), ".4g"), escape(str(a.get("reason", ""))[:60]))
     console.print(table)
     if summary.best is not None and summary.best_config is not None:
         speed = f", {summary.speedup:.2f}x baseline" if summary.speedup else ""
