@@ -1,0 +1,187 @@
+"""The reliability suite's helpers: a study folder with the chaos workload, the real CLI as a subprocess, the
+stored study, and the process table.
+
+Every `autotune` process a test starts carries a mark in its environment (``AUTOTUNE_RELIABILITY_MARK``,
+one value per test). Trials inherit it (autotune passes ``AUTOTUNE_*`` variables into trial environments),
+so what a study started can be found in the process table even when other autotune sessions run on the
+same machine — a warm zygote, a forked rank, a DataLoader worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+from tests.trial_runner.conftest import wait_no_leftovers
+
+HERE = Path(__file__).parent
+MARK_ENV = "AUTOTUNE_RELIABILITY_MARK"
+
+#: Short real trials: well under a second of training; a hang is seen after 5 s, anything ends by 30 s.
+SHORT_TRIAL = {"warmup_steps": 2, "max_steps": 10, "report_every": 2, "max_seconds": 30, "hang_seconds": 5}
+
+
+@dataclass
+class StudyDir:
+    """``study.yaml`` beside a copy of chaos.py; the default storage is ``<name>.db`` in the same folder."""
+
+    folder: Path
+    name: str
+    env: dict[str, str] = field(repr=False)
+
+    @property
+    def file(self) -> Path:
+        return self.folder / "study.yaml"
+
+    @property
+    def db(self) -> Path:
+        return self.folder / f"{self.name}.db"
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.db}"
+
+    @property
+    def runs(self) -> Path:
+        return self.folder / "runs" / self.name
+
+    @property
+    def mark(self) -> str:
+        return self.env[MARK_ENV]
+
+    def trial_dir(self, number: int) -> Path:
+        return self.runs / f"trial-{number:04d}"
+
+    def autotune(self, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
+        """The real CLI, as a user runs it from the study's folder."""
+        return subprocess.run(
+            [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, capture_output=True, text=True,
+            timeout=timeout, check=False, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,
+        )
+
+    def popen(self, *args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env={**self.env, **(env or {})},
+            )
+
+    def load(self) -> optuna.Study:
+        return optuna.load_study(study_name=self.name, storage=self.url)
+
+
+def write_study(folder: Path, name: str, env: dict[str, str], *, workload_args: dict[str, Any] | None = None,
+                entrypoint: str = "chaos.py:build", trial: dict[str, Any] | None = None, **sections: Any) -> StudyDir:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(HERE / "chaos.py", folder / "chaos.py")
+    doc: dict[str, Any] = {
+        "name": name,
+        "workload": {"entrypoint": entrypoint, "args": dict(workload_args or {})},
+        "trial": {**SHORT_TRIAL, **(trial or {})},
+        "pruner": {"name": "none"},
+        "confirm": {"top_k": 0},
+        **sections,
+    }
+    (folder / "study.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return StudyDir(folder, name, env)
+
+
+# ------------------------------------------------------------------------------------------- the process table
+def _carries(proc: psutil.Process, mark: str) -> bool:
+    try:
+        return proc.environ().get(MARK_ENV) == mark
+    except psutil.AccessDenied:
+        return True  # cannot tell: count it
+    except psutil.Error:
+        return False
+
+
+def marked_processes(mark: str, *, since: float = 0.0, needle: str = "") -> list[str]:
+    """Live processes carrying ``mark`` (started by this test), created after ``since``, whose command line
+    contains ``needle``."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status", "create_time"]):
+        try:
+            if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.info["create_time"] < since - 1:
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            if needle in cmdline and _carries(proc, mark):
+                found.append(f"{proc.pid} {cmdline}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def wait_none_marked(mark: str, *, since: float = 0.0, needle: str = "", within_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := marked_processes(mark, since=since, needle=needle)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def assert_nothing_left(sd: StudyDir, since: float) -> None:
+    """Nothing the study started is alive: no process of any trial folder (torchrun, zygote-forked ranks,
+    DataLoader workers), no process whose command line names autotune.trial_runner started since ``since``,
+    and no process at all carrying the test's mark (the tuner, its warm zygote)."""
+    dirs = set(sd.runs.glob("trial-*")) if sd.runs.is_dir() else set()
+    for trial_dir in sorted(dirs):
+        assert not wait_no_leftovers(trial_dir, within_s=10), f"processes of {trial_dir} outlived the run"
+    assert not wait_none_marked(sd.mark, since=since, needle="autotune.trial_runner"), "trial processes outlived it"
+    assert not wait_none_marked(sd.mark, since=since), "processes started by the tuner outlived it"
+
+
+def finished_snapshot(study: optuna.Study) -> dict[int, tuple[Any, ...]]:
+    """What must never change about a finished trial: state, values, params, attributes, completion time."""
+    return {
+        t.number: (t.state, t.values, t.params, json.dumps(t.user_attrs, sort_keys=True), t.datetime_complete)
+        for t in study.get_trials(deepcopy=False)
+        if t.state.is_finished()
+    }
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture
+def study_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of the test's `autotune` processes: its mark, and a lease folder of its own (other
+    autotune sessions on this machine do not hold up its trials). Anything still marked at the end is
+    killed, so a failing test does not poison the next one."""
+    mark = uuid.uuid4().hex
+    env = {**os.environ, MARK_ENV: mark, "AUTOTUNE_LEASE_DIR": str(tmp_path / "leases")}
+    env.pop("AUTOTUNE_CORES_PER_RANK", None)
+    yield env
+    for line in marked_processes(mark):
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+@pytest.fixture
+def started() -> float:
+    """When the test began (processes created before it are not its own)."""
+    return time.time()
+
+
+@pytest.fixture
+def make_study(tmp_path: Path, study_env: dict[str, str]) -> Any:
+    def make(name: str, **kwargs: Any) -> StudyDir:
+        return write_study(tmp_path / name, name, study_env, **kwargs)
+
+    return make
