@@ -336,7 +336,7 @@ def live_study(landscape: Landscape, budget: int, quick: bool) -> dict[str, Any]
     started = time.monotonic()
     summary = Tuner(spec).run()
     elapsed = time.monotonic() - started
-    trials = []
+    trials: list[dict[str, Any]] = []
     for t in summary.study.get_trials(deepcopy=False):
         key = t.user_attrs.get("config_key") or config_key(t.user_attrs.get("config", {}))
         trials.append({
