@@ -360,10 +360,14 @@ class SamplerSpec(BaseModel):
 class PrunerSpec(BaseModel):
     model_config = _STRICT
     name: PrunerName = Field(
-        "hyperband", description="median | percentile | hyperband | successive_halving | none"
+        "median", description="median | percentile | hyperband | successive_halving | none"
     )
-    n_startup_trials: int = Field(2, ge=0, description="trials finished before pruning starts")
-    percentile: float = Field(25.0, gt=0, lt=100, description="percentile pruner: keep trials above this")
+    n_startup_trials: int = Field(3, ge=0, description="complete trials needed before pruning starts")
+    percentile: float = Field(25.0, gt=0, lt=100, description="percentile pruner: keep the best P percent")
+    margin: float = Field(
+        0.1, ge=0, lt=1,
+        description="median/percentile: prune only when worse than the threshold by this fraction (noise)",
+    )
 
 
 class BudgetSpec(BaseModel):

@@ -23,6 +23,7 @@ from optuna.storages import BaseStorage
 
 from autotune import __version__
 from autotune.errors import AutotuneError, UsageError
+from autotune.objectives import NoiseAwarePruner
 from autotune.search_space import SearchSpace
 from autotune.spec import StudySpec, _redact
 
@@ -128,23 +129,25 @@ def make_pruner(spec: StudySpec) -> BasePruner:
     cfg = spec.pruner
     if len(spec.objectives) > 1 or cfg.name == "none":
         return optuna.pruners.NopPruner()
-    # The first measured window is the noisiest (workers spinning up, caches cold): judge from the second on.
-    warmup = spec.trial.warmup_steps + spec.trial.window()
-    if cfg.name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=cfg.n_startup_trials, n_warmup_steps=warmup)
-    if cfg.name == "percentile":
-        return optuna.pruners.PercentilePruner(
-            cfg.percentile, n_startup_trials=cfg.n_startup_trials, n_warmup_steps=warmup
+    # The first measured window is the noisiest (workers starting, caches cold): judge from the second on,
+    # and only when clearly worse than the others: a 10% margin covers the noise of short measurements.
+    first_window = spec.trial.warmup_steps + spec.trial.window()
+    if cfg.name in ("median", "percentile"):
+        return NoiseAwarePruner(
+            50.0 if cfg.name == "median" else cfg.percentile,
+            n_startup_trials=cfg.n_startup_trials,
+            n_warmup_steps=first_window,
+            margin=cfg.margin,
         )
     if cfg.name == "hyperband":
         return optuna.pruners.HyperbandPruner(
-            min_resource=max(1, spec.trial.warmup_steps + spec.trial.window()),
+            min_resource=first_window + 1,
             max_resource=spec.trial.max_steps,
             reduction_factor=3,
         )
     if cfg.name == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=max(1, spec.trial.warmup_steps + spec.trial.window()), reduction_factor=3
+            min_resource=first_window + 1, reduction_factor=3
         )
     raise UsageError(f"pruner {cfg.name!r} is not supported")
 

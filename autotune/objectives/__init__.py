@@ -2,7 +2,7 @@
 
 Objective and intermediate values, constraints, autotune's multi-objective pruning rule
 (:class:`DominancePruner`), Pareto fronts, confirmation statistics and configuration keys. Pure Python
-over plain data: no torch, no Optuna.
+over plain data (no torch; Optuna only for the single-objective pruner).
 """
 
 from autotune.objectives._config_key import config_key
@@ -16,6 +16,7 @@ from autotune.objectives._metrics import (
     window_history,
     window_value,
 )
+from autotune.objectives._noise_pruner import NoiseAwarePruner
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Group",
     "History",
     "Measurement",
+    "NoiseAwarePruner",
     "PruningDecision",
     "choose_best",
     "config_key",

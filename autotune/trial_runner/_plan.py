@@ -17,6 +17,8 @@ DONE_FILE = "done.json"
 APPLIED_FILE = "applied.json"
 HEARTBEAT_FILE = "heartbeat"
 ERRORS_DIR = "errors"
+LAUNCHER_ERR_FILE = "launcher.err"  # the launcher's own stderr (torchrun, the warm leader, srun)
+LAUNCHER_EXIT_FILE = "launcher.exit"  # the warm leader's exit status
 
 
 class TrialPlan(BaseModel):

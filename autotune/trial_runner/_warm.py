@@ -32,8 +32,9 @@ from autotune.trial_runner._local import (
     lease_for,
     trial_environment,
 )
+from autotune.trial_runner._plan import LAUNCHER_ERR_FILE as ERR_FILE
+from autotune.trial_runner._plan import LAUNCHER_EXIT_FILE as EXIT_FILE
 from autotune.trial_runner._plan import TrialPlan
-from autotune.trial_runner._zygote import ERR_FILE, EXIT_FILE
 
 READY_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 30.0

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-EXIT_FILE = "launcher.exit"
-ERR_FILE = "launcher.err"
+from autotune.trial_runner._plan import LAUNCHER_ERR_FILE as ERR_FILE
+from autotune.trial_runner._plan import LAUNCHER_EXIT_FILE as EXIT_FILE
+
 GRACE_S = 3.0
 
 

@@ -1,0 +1,74 @@
+"""NoiseAwarePruner: prunes the clearly worse, never on noise, never on the first window."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.objectives import NoiseAwarePruner
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study(direction: str, finished: list[dict[int, float]]) -> optuna.Study:
+    study = optuna.create_study(direction=direction)
+    for values in finished:
+        trial = study.ask()
+        for step, value in values.items():
+            trial.report(value, step)
+        study.tell(trial, values[max(values)])
+    return study
+
+
+def _running(study: optuna.Study, values: dict[int, float]) -> optuna.trial.FrozenTrial:
+    trial = study.ask()
+    for step, value in values.items():
+        trial.report(value, step)
+    return study._storage.get_trial(trial._trial_id)
+
+
+FINISHED = [{10: 100.0, 20: 100.0}, {10: 110.0, 20: 110.0}, {10: 90.0, 20: 90.0}]
+
+
+def test_prunes_a_clearly_worse_trial_but_not_one_within_the_margin() -> None:
+    study = _study("maximize", FINISHED)
+    pruner = NoiseAwarePruner(n_startup_trials=3, n_warmup_steps=5, margin=0.1)
+    assert pruner.prune(study, _running(study, {10: 80.0}))  # median 100, 80 < 90
+    assert not pruner.prune(study, _running(study, {10: 91.0}))  # 9% below the median: noise
+
+
+def test_minimize_direction() -> None:
+    study = _study("minimize", FINISHED)
+    pruner = NoiseAwarePruner(n_startup_trials=3, margin=0.1)
+    assert pruner.prune(study, _running(study, {10: 120.0}))
+    assert not pruner.prune(study, _running(study, {10: 105.0}))
+
+
+def test_never_prunes_at_or_before_the_warmup_step_nor_before_startup_trials() -> None:
+    study = _study("maximize", FINISHED)
+    assert not NoiseAwarePruner(n_warmup_steps=10).prune(study, _running(study, {10: 1.0}))
+    assert NoiseAwarePruner(n_warmup_steps=9).prune(study, _running(study, {10: 1.0}))
+    assert not NoiseAwarePruner(n_startup_trials=4).prune(study, _running(study, {10: 1.0}))
+
+
+def test_compares_at_the_same_step_with_each_trials_latest_value() -> None:
+    # finished trials were slow early and fast later; a trial fast early is not judged on their final values
+    study = _study("maximize", [{10: 50.0, 20: 200.0}] * 3)
+    pruner = NoiseAwarePruner(n_startup_trials=3, margin=0.1)
+    assert not pruner.prune(study, _running(study, {10: 60.0}))
+    assert pruner.prune(study, _running(study, {10: 60.0, 20: 150.0}))
+    # a step between windows compares with the latest value at or before it
+    assert pruner.prune(study, _running(study, {15: 40.0}))
+
+
+def test_percentile_keeps_only_the_best_share() -> None:
+    study = _study("maximize", [{10: float(v)} for v in (100, 200, 300, 400, 500)])
+    # top 25%: threshold at 400; 350 is 12.5% below -> pruned; the median rule would keep it
+    assert NoiseAwarePruner(25.0, margin=0.1).prune(study, _running(study, {10: 350.0}))
+    assert not NoiseAwarePruner(50.0, margin=0.1).prune(study, _running(study, {10: 350.0}))
+
+
+@pytest.mark.parametrize(("percentile", "margin"), [(0.0, 0.1), (100.0, 0.1), (50.0, 1.0), (50.0, -0.1)])
+def test_bad_parameters(percentile: float, margin: float) -> None:
+    with pytest.raises(ValueError):
+        NoiseAwarePruner(percentile, margin=margin)
