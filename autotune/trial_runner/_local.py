@@ -185,7 +185,9 @@ _EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
 def summarize_torchrun_failure(text: str) -> str:
     """'rank 1 killed by SIGSEGV' / 'rank 0 exited with status 1' from torchrun's failure report.
 
-    Ranks killed by a signal come first: they are the cause, the others' errors the consequence.
+    Ranks killed by a crash signal (SIGSEGV, SIGBUS, SIGABRT...) come first: they are the cause, the
+    others' errors the consequence. SIGTERM/SIGINT come last: that is how torchrun (or the warm leader)
+    stops the surviving ranks once one has failed.
     """
     parts = []
     for block in re.split(r"^\s*\[\d+\]:\s*$", text, flags=re.M)[1:]:
@@ -201,8 +203,17 @@ def summarize_torchrun_failure(text: str) -> str:
             parts.append(f"rank {rank} killed by {name}")
         else:
             parts.append(f"rank {rank} exited with status {status}")
-    parts.sort(key=lambda p: "killed by" not in p)
+    parts.sort(key=_cause_rank)
     return "; ".join(dict.fromkeys(parts))
+
+
+_SHUTDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+
+
+def _cause_rank(part: str) -> int:
+    if "killed by" not in part:
+        return 1
+    return 2 if part.endswith(_SHUTDOWN_SIGNALS) else 0
 
 
 class LocalLauncher(Launcher):

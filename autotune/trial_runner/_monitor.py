@@ -199,9 +199,11 @@ def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, lis
     if oom:
         e = oom[0]
         return Outcome.OOM, f"rank {e['rank']}: out of memory", e.get("lines", []), done
-    if "killed by" in exit_summary:
-        rank = int(exit_summary.split("rank ", 1)[1].split()[0])
-        return Outcome.CRASHED, exit_summary.split(";")[0], _log_tail(trial_dir, rank), done
+    first = exit_summary.split(";")[0]
+    crash_signal = "killed by" in first and not first.endswith(("SIGTERM", "SIGINT", "SIGHUP"))
+    if crash_signal:  # SIGSEGV and the like: the cause, whatever the other ranks recorded afterwards
+        rank = int(first.split("rank ", 1)[1].split()[0])
+        return Outcome.CRASHED, first, _log_tail(trial_dir, rank), done
     primary = [e for e in errors if e.get("kind") not in ("peer", "timeout")]
     if primary:
         e = primary[0]

@@ -128,3 +128,19 @@ Root Cause (first observed failure):
   exitcode  : 1 (pid: 11670)
 """
     assert summarize_torchrun_failure(report) == "rank 1 killed by SIGSEGV; rank 0 exited with status 1"
+
+
+def test_a_rank_stopped_by_torchrun_is_not_blamed_for_the_failure() -> None:
+    # rank 1 raised (status 1); torchrun then stopped rank 0 with SIGTERM
+    report = """
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 11670)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 11671)
+"""
+    assert summarize_torchrun_failure(report) == "rank 1 exited with status 1; rank 0 killed by SIGTERM"
