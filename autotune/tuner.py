@@ -25,6 +25,7 @@ import psutil
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import LaunchError
 from autotune.objectives import (
     DominancePruner,
     Group,
@@ -317,6 +318,11 @@ class Tuner:
             if isinstance(stop, Interrupted):
                 raise
             raise Interrupted(130) from None
+        except LaunchError as e:
+            # autotune could not start it (its folder, the launcher): no verdict on the configuration, which
+            # is retried when the study is resumed; the run stops with the one-line error.
+            self._tell_interrupted(study, trial, f"not started: {e}; it is retried on resume")
+            raise
         except BaseException:
             with contextlib.suppress(Exception):
                 trial.set_user_attr("outcome", Outcome.CRASHED.value)
@@ -429,10 +435,13 @@ class Tuner:
         ]
         return float(max(seen) * 2 if seen else 1e9)
 
-    def _tell_interrupted(self, study: optuna.Study, trial: optuna.Trial) -> None:
+    def _tell_interrupted(
+        self, study: optuna.Study, trial: optuna.Trial,
+        reason: str = "stopped by Ctrl-C or SIGTERM; it is retried on resume",
+    ) -> None:
         with contextlib.suppress(Exception):
             trial.set_user_attr("outcome", INTERRUPTED)
-            trial.set_user_attr("reason", "stopped by Ctrl-C or SIGTERM; it is retried on resume")
+            trial.set_user_attr("reason", reason)
             study.tell(trial, state=TrialState.FAIL)
             self._retry(study, study.get_trials(deepcopy=False)[trial.number])
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from autotune.errors import LaunchError
 from autotune.spec import TrialLimits
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._plan import (
@@ -238,9 +239,9 @@ def run_trial(
     """Run one trial to its end and return what happened. Nothing the trial started outlives this call.
 
     Writes config.json first, then launches, monitors, and always ends the run (also on Ctrl-C, which
-    is re-raised after the processes are gone). The result is also written to result.json.
+    is re-raised after the processes are gone). The result is also written to result.json. A folder that
+    cannot be written (a full disk, a file in its way) is a LaunchError: nothing was started.
     """
-    trial_dir.mkdir(parents=True, exist_ok=True)
     plan = plan.model_copy(
         update={
             "launched_at": time.time(),
@@ -248,8 +249,14 @@ def run_trial(
             "step_timeout_s": min(plan.step_timeout_s, plan.limits.hang_seconds),
         }
     )
-    plan.write(trial_dir)
-    (trial_dir / HEARTBEAT_FILE).touch()
+    try:
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        plan.write(trial_dir)
+        (trial_dir / HEARTBEAT_FILE).touch()
+    except OSError as e:
+        raise LaunchError(
+            f"cannot write the trial folder {trial_dir}: {e.strerror or e}; free disk space or make it writable"
+        ) from e
     started = time.monotonic()
     handle = launcher.launch(plan, trial_dir)
     verdict = Verdict()
