@@ -9,6 +9,7 @@ resumed, read by dashboards, or shared by several tuners.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import math
 import os
 import signal
@@ -39,7 +40,7 @@ from autotune.objectives import (
 )
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
-from autotune.study import HEARTBEAT_INTERVAL_S, feasible, open_study, study_lock
+from autotune.study import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, feasible, open_study, study_lock
 from autotune.trial_runner import (
     Launcher,
     Outcome,
@@ -117,6 +118,13 @@ def _alive(worker: dict[str, Any]) -> bool:
         return "start" not in worker or abs(proc.create_time() - float(worker["start"])) < 1.0
     except (psutil.Error, KeyError, ValueError, TypeError):
         return False
+
+
+def _orphaned(trial: FrozenTrial) -> bool:
+    """A running trial no tuner has recorded itself on, for longer than the heartbeat grace period."""
+    if trial.datetime_start is None:
+        return False
+    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > GRACE_PERIOD_S
 
 
 def counts_toward_budget(trial: FrozenTrial) -> bool:
@@ -233,19 +241,26 @@ class Tuner:
         recovered = []
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get("worker")
-            if not isinstance(worker, dict) or worker.get("host") != self.identity["host"] or _alive(worker):
+            if isinstance(worker, dict):
+                if worker.get("host") != self.identity["host"] or _alive(worker):
+                    continue
+                reason = f"its tuner (pid {worker.get('pid')}) died; retried"
+            elif _orphaned(trial):
+                # Its tuner died between asking for it and recording itself on it (milliseconds): no one can
+                # ever finish it, and as a running trial it would hold a place in the budget for good.
+                reason = "its tuner died before the trial started"
+            else:
                 continue
             try:
                 storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
-                storage.set_trial_user_attr(
-                    trial._trial_id, "reason", f"its tuner (pid {worker.get('pid')}) died; retried"
-                )
+                storage.set_trial_user_attr(trial._trial_id, "reason", reason)
                 if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue
             recovered.append(trial.number)
-            self._retry(study, trial)
+            if "config" in trial.user_attrs:  # else it had not started: the budget gets a new trial instead
+                self._retry(study, trial)
         return recovered
 
     def _retry(self, study: optuna.Study, trial: FrozenTrial) -> None:
