@@ -1,0 +1,176 @@
+"""Many workers, one study on PostgreSQL: do N concurrent `autotune run` workers run exactly the shared budget?
+
+Starts ``--workers`` copies of ``autotune run STUDY --n-trials N`` at once against one PostgreSQL database
+(a private server started here with initdb/pg_ctl, or ``--storage URL``), waits for them, then counts the
+trials in the database: how many, whether their numbers are unique and gapless, how many count toward the
+budget (overshoot = counted - N), how many baselines, how the work spread over the workers, and the wall
+time. The workload is tests/trial_runner/faulty.py at 4 steps: the point is the bookkeeping, not the model.
+
+Target: counted == N (no overshoot, nothing lost), numbers 0..N-1, one baseline.
+
+    python benchmarks/pg_workers.py                    # 4 workers x 25 trials: about 2 min on 2 cores
+    python benchmarks/pg_workers.py --quick            # 4 workers, 12 trials
+    python benchmarks/pg_workers.py --storage postgresql+psycopg://user@host/db
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, RUNS, check, console, default_out, machine_caption, machine_facts, print_table, write_json
+
+STUDY = """
+name: pg-workers
+storage: {url}
+workload:
+  entrypoint: faulty.py:build
+  args: {{samples: 512}}
+search_space:
+  batch_size: {{choices: [8, 16, 32]}}
+trial: {{warmup_steps: 1, max_steps: 4, max_seconds: 60, report_every: 1}}
+sampler: {{name: random, seed: 0}}
+pruner: {{name: none}}
+confirm: {{top_k: 0}}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[str]:
+    """A throw-away PostgreSQL on a free local port (trust auth, fsync off); yields its base URL."""
+    found = shutil.which("initdb") or (sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [None])[-1]
+    if found is None:
+        raise SystemExit("PostgreSQL is not installed (apt-get install postgresql); or give --storage URL")
+    bin_dir = Path(found).parent
+    root = Path(tempfile.mkdtemp(prefix="autotune-pg-bench-"))
+    root.chmod(0o755)
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+    port = _free_port()
+    run = {"capture_output": True, "text": True, "timeout": 120, "check": True}
+    subprocess.run(_as_postgres([str(bin_dir / "initdb"), "-D", str(root / "data"), "-A", "trust", "-U", "autotune",
+                                 "--no-sync"]), **run)  # type: ignore[call-overload]
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-o", options, "-l",
+                                 str(root / "log"), "-w", "start"]), **run)  # type: ignore[call-overload]
+    try:
+        yield f"postgresql+psycopg://autotune@127.0.0.1:{port}"
+    finally:
+        subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "stop"]),
+                       capture_output=True, timeout=60, check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_database(server: str) -> str:
+    import psycopg
+
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server.replace("postgresql+psycopg://", "postgresql://") + "/postgres",
+                         autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{server}/{name}"
+
+
+def run_workers(url: str, workers: int, n_trials: int, folder: Path) -> tuple[float, list[int]]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "faulty.py").write_text((REPO / "tests" / "trial_runner" / "faulty.py").read_text())
+    study = folder / "study.yaml"
+    study.write_text(STUDY.format(url=url))
+    started = time.monotonic()
+    procs = []
+    for i in range(workers):
+        with (folder / f"worker{i}.log").open("wb") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "autotune.cli", "run", str(study),
+                                           "--n-trials", str(n_trials)], cwd=folder, stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=subprocess.STDOUT))
+    codes = [p.wait(timeout=3600) for p in procs]
+    return time.monotonic() - started, codes
+
+
+def count(url: str, n_trials: int) -> dict[str, Any]:
+    """What the database holds: the numbers this benchmark is about."""
+    import optuna
+
+    from autotune.tuner import counts_toward_budget
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = optuna.load_study(study_name="pg-workers", storage=url).get_trials(deepcopy=False)
+    numbers = [t.number for t in trials]
+    counted = sum(counts_toward_budget(t) for t in trials)
+    per_worker = Counter(str(t.user_attrs.get("worker", {}).get("pid")) for t in trials)
+    return {
+        "trials": len(trials),
+        "counted": counted,
+        "overshoot": counted - n_trials,
+        "unique_gapless_numbers": sorted(numbers) == list(range(len(trials))),
+        "states": dict(Counter(t.state.name for t in trials)),
+        "outcomes": dict(Counter(str(t.user_attrs.get("outcome")) for t in trials)),
+        "baselines": sum(t.user_attrs.get("role") == "baseline" for t in trials),
+        "trials_per_worker": dict(sorted(per_worker.items())),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--trials-per-worker", type=int, default=25, help="the shared budget is workers x this")
+    parser.add_argument("--storage", help="a PostgreSQL server URL without database (default: start one here)")
+    parser.add_argument("--quick", action="store_true", help="4 workers, 12 trials")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.quick:
+        args.trials_per_worker = 3
+    n_trials = args.workers * args.trials_per_worker
+    machine = machine_facts()
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        server = args.storage or stack.enter_context(private_postgres())
+        url = fresh_database(server)
+        folder = RUNS / f"pg_workers-{uuid.uuid4().hex[:6]}"
+        console.print(f"{args.workers} workers, a shared budget of {n_trials} trials, trial folders in {folder}")
+        wall, codes = run_workers(url, args.workers, n_trials, folder)
+        found = count(url, n_trials)
+    ok = found["counted"] == n_trials and found["unique_gapless_numbers"] and found["baselines"] == 1
+    results = {**found, "workers": args.workers, "n_trials": n_trials, "exit_codes": codes, "wall_s": round(wall, 1),
+               "trials_per_min": round(found["trials"] / wall * 60, 1), "target_met": ok}
+    print_table(
+        "PostgreSQL workers sharing one budget",
+        ["workers", "budget", "trials", "counted", "overshoot", "numbers 0..N-1", "baselines", "wall s",
+         "trials/min", "target"],
+        [[args.workers, n_trials, found["trials"], found["counted"], found["overshoot"],
+          found["unique_gapless_numbers"], found["baselines"], round(wall, 1), results["trials_per_min"], check(ok)]],
+        caption=machine_caption(machine),
+    )
+    console.print(f"trials per worker (pid: count): {found['trials_per_worker']}")
+    write_json(args.out or default_out("pg_workers", args.quick), "pg_workers",
+               {"workers": args.workers, "trials_per_worker": args.trials_per_worker, "storage": "given"
+                if args.storage else "private PostgreSQL"}, results, machine, started)
+    if not ok or any(codes):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

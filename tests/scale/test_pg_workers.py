@@ -1,0 +1,167 @@
+"""Many `autotune run` workers, one study on a real PostgreSQL: one study created, a shared budget that no
+worker overshoots, unique trial numbers, and a SIGKILLed worker's trial retried by the others."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.tuner import counts_toward_budget
+from tests.trial_runner.conftest import wait_no_leftovers
+
+FAULTY = Path(__file__).resolve().parent.parent / "trial_runner" / "faulty.py"
+
+STUDY = """
+name: {name}
+storage: {url}
+workload:
+  entrypoint: faulty.py:build
+  args: {{fault: {fault}, at_step: 1, samples: 512}}
+search_space:
+  batch_size: {{choices: [8, 16, 32]}}
+trial: {{warmup_steps: 1, max_steps: {max_steps}, max_seconds: 60, report_every: 1}}
+sampler: {{name: random, seed: 0}}
+pruner: {{name: none}}
+confirm: {{top_k: 0}}
+"""
+
+
+def write_study(folder: Path, url: str, name: str = "workers", fault: str = "none", max_steps: int = 4) -> Path:
+    (folder / "faulty.py").write_text(FAULTY.read_text())
+    study = folder / "study.yaml"
+    study.write_text(STUDY.format(name=name, url=url, fault=fault, max_steps=max_steps))
+    return study
+
+
+def start_worker(study: Path, n_trials: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "autotune.cli", "run", str(study), "--n-trials", str(n_trials)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=study.parent,
+        )
+
+
+def trials(url: str, name: str) -> list[FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def run_workers(tmp_path: Path, url: str, workers: int, n_trials: int, timeout_s: float) -> list[FrozenTrial]:
+    study = write_study(tmp_path, url)
+    procs = [start_worker(study, n_trials, tmp_path / f"worker{i}.log") for i in range(workers)]
+    deadline = time.monotonic() + timeout_s
+    try:
+        for i, proc in enumerate(procs):
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.returncode == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return trials(url, "workers")
+
+
+def check_shared_budget(found: list[FrozenTrial], n_trials: int, workers: int) -> None:
+    numbers = [t.number for t in found]
+    assert sorted(numbers) == list(range(len(found)))  # unique, none missing
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in found), [t.state for t in found]
+    assert sum(counts_toward_budget(t) for t in found) == n_trials
+    assert len(found) == n_trials  # no worker overshot the shared budget, not even by one
+    assert sum(t.user_attrs.get("role") == "baseline" for t in found) == 1
+    assert len({t.user_attrs["trial_dir"] for t in found}) == n_trials
+    assert all(t.user_attrs.get("outcome") == "complete" for t in found)
+    ran_by = {t.user_attrs["worker"]["pid"] for t in found}
+    assert len(ran_by) >= min(workers, 2), ran_by  # they really shared the work
+
+
+RACE = """
+import sys, time
+from pathlib import Path
+from autotune.spec import load_spec
+from autotune.study import open_study
+spec = load_spec(sys.argv[1])
+space = spec.space()
+start = float(sys.argv[2])
+while time.time() < start:
+    time.sleep(0.001)
+study = open_study(spec, space)
+print(study._study_id)
+"""
+
+
+def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path: Path, postgres_url: str) -> None:
+    study = write_study(tmp_path, postgres_url)
+    start = time.time() + 12  # every process has imported torch by then
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RACE, str(study), str(start)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    outs = [p.communicate(timeout=90) for p in procs]
+    for proc, (_, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err[-2000:]  # without the creation lock: UniqueViolation, often
+    assert len({out.strip() for out, _ in outs}) == 1
+    assert [s.study_name for s in optuna.get_all_study_summaries(postgres_url)] == ["workers"]
+
+
+def test_four_workers_share_one_budget(tmp_path: Path, postgres_url: str) -> None:
+    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=8, timeout_s=110)
+    check_shared_budget(found, n_trials=8, workers=4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_four_workers_times_25_trials_lose_none(tmp_path: Path, postgres_url: str) -> None:
+    # 50-100 s on 2 cores: one trial at a time (the core lease), four workers taking turns.
+    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=100, timeout_s=540)
+    check_shared_budget(found, n_trials=100, workers=4)
+
+
+def test_a_sigkilled_workers_trial_is_retried_by_another(tmp_path: Path, postgres_url: str) -> None:
+    # Trials of 3 s and more (60 steps of 50 ms) so one can be caught running.
+    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=60)
+    victim = start_worker(study, 3, tmp_path / "victim.log")
+    survivor = start_worker(study, 3, tmp_path / "survivor.log")
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert victim.poll() is None, (tmp_path / "victim.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the victim never ran a trial"
+            created = [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]
+            running = [
+                t for t in (trials(postgres_url, "workers") if created else [])
+                if t.state == TrialState.RUNNING and t.user_attrs.get("worker", {}).get("pid") == victim.pid
+                and (tmp_path / "runs" / "workers" / f"trial-{t.number:04d}" / "metrics.jsonl").exists()
+            ]
+            if running:
+                break
+            time.sleep(0.2)
+        killed = running[0]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=10)
+        trial_dir = tmp_path / "runs" / "workers" / f"trial-{killed.number:04d}"
+        assert not wait_no_leftovers(trial_dir, within_s=10)  # its trial died with it
+        survivor.wait(timeout=180)
+        assert survivor.returncode == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    finally:
+        for proc in (victim, survivor):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    found = trials(postgres_url, "workers")
+    dead = found[killed.number]
+    assert dead.state == TrialState.FAIL and dead.user_attrs["outcome"] == "interrupted"
+    retries = [t for t in found if t.user_attrs.get("retry_of") == killed.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].user_attrs["config"] == dead.user_attrs["config"]
+    assert retries[0].user_attrs["worker"]["pid"] == survivor.pid
+    assert sum(counts_toward_budget(t) for t in found) == 3
+    assert not [t for t in found if t.state in (TrialState.RUNNING, TrialState.WAITING)]
