@@ -188,12 +188,15 @@ class Tuner:
                 while done < target:
                     if timeout_s is not None and self.clock() - started > timeout_s:
                         break
-                    trial = self.claim(study, target)
-                    if trial is None:
-                        # The rest of the budget runs in other workers: wait, in case one dies and its
-                        # trial comes back to the queue.
-                        time.sleep(WAIT_FOR_OTHERS_S)
-                    else:
+                    try:
+                        trial = self.claim(study, target)
+                        if trial is None:
+                            # The rest of the budget runs in other workers: wait, in case one dies and its
+                            # trial comes back to the queue.
+                            time.sleep(WAIT_FOR_OTHERS_S)
+                    except KeyboardInterrupt:
+                        raise Interrupted(130) from None  # no trial of ours runs: nothing to record
+                    if trial is not None:
                         index += 1
                         self.run_one(study, launcher, index=index, target=target, trial=trial)
                     done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))

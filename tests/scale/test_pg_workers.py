@@ -165,3 +165,27 @@ def test_a_sigkilled_workers_trial_is_retried_by_another(tmp_path: Path, postgre
     assert retries[0].user_attrs["worker"]["pid"] == survivor.pid
     assert sum(counts_toward_budget(t) for t in found) == 3
     assert not [t for t in found if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_a_worker_waiting_for_the_others_stops_cleanly_on_ctrl_c(tmp_path: Path, postgres_url: str) -> None:
+    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=400)
+    busy = start_worker(study, 1, tmp_path / "busy.log")  # holds the whole budget: one long trial
+    waiting: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 90
+        while not (tmp_path / "runs" / "workers" / "trial-0000" / "metrics.jsonl").exists():
+            assert busy.poll() is None and time.monotonic() < deadline, (tmp_path / "busy.log").read_text()
+            time.sleep(0.2)
+        waiting = start_worker(study, 1, tmp_path / "waiting.log")
+        time.sleep(8)  # started, found the budget taken by the running trial, waits
+        assert waiting.poll() is None
+        waiting.send_signal(signal.SIGINT)
+        assert waiting.wait(timeout=30) == 130
+        log = (tmp_path / "waiting.log").read_text()
+        assert "Traceback" not in log and "interrupted" in log
+    finally:
+        for proc in (busy, waiting):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    assert len(trials(postgres_url, "workers")) == 1  # the waiting worker asked for nothing
