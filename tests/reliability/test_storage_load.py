@@ -1,0 +1,82 @@
+"""Several `autotune run` workers on one SQLite file at once: the budget is shared and never overshot, every
+trial is stored once, trials never run at the same time on this machine's cores, one worker confirms, and
+"database is locked" never surfaces. (Many workers on PostgreSQL: tests/scale/.)"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from autotune.tuner import counts_toward_budget
+
+from .conftest import StudyDir, assert_nothing_left
+
+WORKERS = 3
+N_TRIALS = 8
+
+
+def _measured_span(trial_dir: Path) -> tuple[float, float]:
+    """From launch (after the core lease was granted) to the last file the ranks wrote."""
+    launched = json.loads((trial_dir / "config.json").read_text())["launched_at"]
+    written = [p.stat().st_mtime for p in (trial_dir / n for n in ("heartbeat", "metrics.jsonl", "done.json"))
+               if p.exists()]
+    return launched, max(written)
+
+
+@pytest.mark.slow
+def test_concurrent_workers_share_one_sqlite_study(
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path
+) -> None:
+    sd = make_study(
+        "shared",
+        search_space={"batch_size": {"choices": [8, 16, 24, 32]}},
+        sampler={"name": "tpe", "seed": 0},
+        confirm={"top_k": 1, "repeats": 1},
+    )
+    logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
+    workers = [sd.popen("run", "study.yaml", "--n-trials", str(N_TRIALS), log=log) for log in logs]
+    deadline = time.monotonic() + 300
+    try:
+        for w in workers:
+            w.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait(timeout=10)
+    outputs = [log.read_text() for log in logs]
+    for w, text in zip(workers, outputs, strict=True):
+        assert w.returncode == 0, text
+        assert "Traceback" not in text, text
+        assert "database is locked" not in text.lower(), text
+
+    study = sd.load()
+    trials = study.get_trials(deepcopy=False)
+    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    counted = [t for t in trials if counts_toward_budget(t)]
+    assert len(counted) == N_TRIALS, "the workers overshot or fell short of the shared budget"
+    assert [t.user_attrs["role"] for t in trials].count("baseline") == 1
+    assert all(t.state != TrialState.FAIL for t in trials), [t.user_attrs.get("reason") for t in trials]
+    folders = [t.user_attrs["trial_dir"] for t in trials]
+    assert len(set(folders)) == len(folders), "two trials shared a folder"
+    pids = Counter(t.user_attrs["worker"]["pid"] for t in trials)
+    assert len(pids) >= 2, f"only one worker ran trials: {pids}"
+
+    # one worker confirmed: one re-run per confirmed configuration, no more
+    confirms = Counter(t.user_attrs["config_key"] for t in trials if t.user_attrs["role"] == "confirm")
+    assert confirms and set(confirms.values()) == {1}, confirms
+    assert study.user_attrs["autotune_confirmation"]["best_trial"] in {t.number for t in counted}
+
+    # trials measured one at a time: this machine's cores are leased to one trial at a time
+    spans = sorted(_measured_span(Path(f)) for f in folders)
+    overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert not overlaps, f"trials ran at the same time: {overlaps}"
+    assert_nothing_left(sd, started)
