@@ -272,6 +272,9 @@ class Trainer:
             with sync:
                 with self.autocast():
                     loss = self.workload.loss(self.model, batch)
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                    got = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+                    raise TypeError(f"the workload's loss returned {got}, not a scalar tensor; return the loss tensor")
                 scaled = loss.float() / cfg.grad_accum
                 if self.scaler is not None:
                     self.scaler.scale(scaled).backward()
