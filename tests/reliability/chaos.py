@@ -152,3 +152,20 @@ def build_no_parameters() -> autotune.Workload:
         base_lr=0.01,
         base_batch_size=8,
     )
+
+
+def build_model_raises() -> autotune.Workload:
+    """The model factory fails in the rank (the workload itself imports fine)."""
+
+    def model() -> nn.Module:
+        raise RuntimeError("checkpoint /weights/model.pt not found")
+
+    return autotune.Workload(model=model, dataset=lambda: Points(256), loss=lambda m, b: m(b[0]).sum())
+
+
+def build_loss_returns_float() -> autotune.Workload:
+    """``loss`` returns a Python float instead of a scalar tensor."""
+    return autotune.Workload(
+        model=lambda: Net(16), dataset=lambda: Points(256),
+        loss=lambda model, batch: float(nn.functional.mse_loss(model(batch[0]), batch[1])),
+    )
