@@ -575,8 +575,9 @@ class StudySpec(BaseModel):
 
 
 def _redact(url: str) -> str:
-    """The URL with any password replaced by ***, for messages and logs."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    """The URL with any password (``user:PASSWORD@`` or ``?password=PASSWORD``) replaced by ***."""
+    url = re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def _unknown_knob_message(key: str) -> str:

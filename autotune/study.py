@@ -191,7 +191,8 @@ def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, 
                 "autotune",
                 {
                     "version": __version__,
-                    "spec": spec.model_dump(mode="json"),
+                    # the study file as run, less the storage password (dashboards show study attributes)
+                    "spec": {**spec.model_dump(mode="json"), "storage": spec.storage and _redact(spec.storage)},
                     "device": space.device,
                     "machine": machine_facts(),
                 },

@@ -21,8 +21,10 @@ def redacted_storage(url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    from autotune.spec import _redact
+
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return _redact(make_url(url).render_as_string(hide_password=True))  # _redact: ?password= too
     except (ArgumentError, ValueError):
         return "<storage>"
 
