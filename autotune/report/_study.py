@@ -51,8 +51,15 @@ def open_study(spec: StudySpec) -> optuna.Study:
     except Exception as e:  # sqlalchemy's, Optuna's and the drivers' errors share no useful base
         if _no_tables(e):  # a database that holds no Optuna study at all
             raise StudyNotFoundError(missing) from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise StudyNotFoundError(f"cannot read the storage {shown}: {type(e).__name__}: {first}") from e
+        cause = _innermost(e)  # Optuna wraps the driver's error ("connection refused") in a generic one
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise StudyNotFoundError(f"cannot read the storage {shown}: {type(cause).__name__}: {first}") from e
+
+
+def _innermost(error: BaseException) -> BaseException:
+    while error.__cause__ is not None and error.__cause__ is not error:
+        error = error.__cause__
+    return error
 
 
 def _no_tables(error: BaseException) -> bool:
