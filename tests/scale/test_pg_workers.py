@@ -189,3 +189,40 @@ def test_a_worker_waiting_for_the_others_stops_cleanly_on_ctrl_c(tmp_path: Path,
                 proc.kill()
                 proc.wait(timeout=10)
     assert len(trials(postgres_url, "workers")) == 1  # the waiting worker asked for nothing
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_frozen_workers_trial_is_retried_once_its_heartbeat_is_stale(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host cannot be checked by pid: its trial comes back through Optuna's stale
+    heartbeat. A stopped (SIGSTOP) worker here looks just like that: its pid lives, its heartbeat stops."""
+    monkeypatch.setenv("AUTOTUNE_CORES_PER_RANK", "1")  # the frozen worker keeps its core; one is left
+    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=60)
+    frozen = start_worker(study, 3, tmp_path / "frozen.log")
+    other: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 90
+        while not (tmp_path / "runs" / "workers" / "trial-0000" / "metrics.jsonl").exists():
+            assert frozen.poll() is None and time.monotonic() < deadline, (tmp_path / "frozen.log").read_text()
+            time.sleep(0.2)
+        frozen.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        other = start_worker(study, 3, tmp_path / "other.log")
+        other.wait(timeout=200)
+        assert other.returncode == 0, (tmp_path / "other.log").read_text()[-3000:]
+        assert time.monotonic() - stopped_at > 30  # not before the grace period
+    finally:
+        frozen.kill()
+        frozen.wait(timeout=10)
+        if other is not None and other.poll() is None:
+            other.kill()
+            other.wait(timeout=10)
+    found = trials(postgres_url, "workers")
+    assert found[0].state == TrialState.FAIL and found[0].user_attrs["worker"]["pid"] == frozen.pid
+    retried = [t for t in found if t.system_attrs.get("failed_trial") == 0]
+    assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
+    assert retried[0].user_attrs["worker"]["pid"] == other.pid
+    assert retried[0].user_attrs["config"] == found[0].user_attrs["config"]
+    assert sum(counts_toward_budget(t) for t in found) == 3
