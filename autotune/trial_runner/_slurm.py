@@ -260,6 +260,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _own_address(nnodes: int) -> str:
+    """This node's name for the other nodes; a single-node trial on a host whose name does not resolve
+    (a container, say) uses the loopback address instead."""
+    host = socket.gethostname()
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError:
+        if nnodes == 1:
+            return "127.0.0.1"
+        raise
+    return host
+
+
 def _publish(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
@@ -286,7 +299,7 @@ def node_main(argv: list[str]) -> None:
     endpoint_file = trial_dir / f"{ENDPOINT_PREFIX}{step}"
     if node == 0:
         _publish(trial_dir / STEP_FILE, step)
-        endpoint = f"{socket.gethostname()}:{_free_port()}"
+        endpoint = f"{_own_address(nnodes)}:{_free_port()}"
         _publish(endpoint_file, endpoint)
     else:
         try:
