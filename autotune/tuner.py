@@ -347,7 +347,17 @@ class Tuner:
                 trial.set_user_attr("reason", "autotune failed while running this trial")
                 study.tell(trial, state=TrialState.FAIL)
             raise
-        self.tell(study, trial, result)
+        try:
+            self.tell(study, trial, result)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # Another worker failed this trial as stale (our heartbeat lapsed, e.g. a frozen machine) and
+            # queued it again; the study keeps that retry, this run's result stays in its folder.
+            warnings.warn(
+                f"trial {trial.number} was failed as stale by another worker while it ran; its result is kept "
+                f"in {result.trial_dir} only, the study re-runs it",
+                stacklevel=2,
+            )
+            return result
         self.observer.trial_finished(trial.number, role, config, result)
         return result
 
