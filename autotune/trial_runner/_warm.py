@@ -105,7 +105,8 @@ class WarmLauncher(Launcher):
         env = trial_environment(plan, self.extra_env)
         try:
             zygote = subprocess.Popen(
-                [sys.executable, "-m", "autotune.trial_runner._zygote"],
+                # not "-m": the package already imported the module, and runpy warned so on every run
+                [sys.executable, "-c", "from autotune.trial_runner._zygote import serve; serve()"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=None,

@@ -60,6 +60,7 @@ def test_every_fault_at_one_and_two_ranks_gets_its_outcome_and_the_study_goes_on
     out = sd.autotune("run", "study.yaml", timeout=420)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Traceback" not in out.stderr + out.stdout
+    assert "Warning" not in out.stderr, out.stderr  # a user reads this: no noise from autotune's own processes
 
     study = sd.load()
     trials = study.get_trials(deepcopy=False)
