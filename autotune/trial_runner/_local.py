@@ -55,6 +55,30 @@ def _start_child(cores: tuple[int, ...]) -> None:  # pragma: no cover - runs in 
     os.sched_setaffinity(0, cores)
 
 
+# Processes this tuner started itself (torchrun, the warm zygote, srun): their Popen objects wait for them.
+_LAUNCHED: set[int] = set()
+
+
+def launched(pid: int) -> None:
+    """Note a process started with Popen, so reap_orphans leaves its exit status to its Popen."""
+    _LAUNCHED.add(pid)
+
+
+def reap_orphans() -> None:
+    """Collect exited orphans re-parented to us: the DataLoader workers of a rank that died or left, which
+    we never saw alive (a worker living less than a poll interval). Without this they stay zombies."""
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return
+    for child in children:
+        if child.pid in _LAUNCHED:
+            continue
+        with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+
+
 def become_subreaper() -> None:
     """Orphans of our trials (a DataLoader worker whose rank died) are re-parented to us, so we find them."""
     with contextlib.suppress(OSError, AttributeError):
@@ -68,6 +92,7 @@ class ProcessTreeHandle(RunHandle):
         self, proc: subprocess.Popen[bytes], trial_dir: Path, log_err: Path, lease: Lease | None = None
     ) -> None:
         self.proc = proc
+        launched(proc.pid)
         self.trial_dir = trial_dir
         self.log_err = log_err
         self.lease = lease  # released by terminate(), once nothing of the run is left
@@ -169,6 +194,7 @@ class ProcessTreeHandle(RunHandle):
                 continue
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
+        reap_orphans()
 
     def exit_summary(self) -> str:
         try:

@@ -29,6 +29,7 @@ from autotune.trial_runner._local import (
     ProcessTreeHandle,
     _die_with_tuner,
     become_subreaper,
+    launched,
     lease_for,
     trial_environment,
 )
@@ -117,6 +118,7 @@ class WarmLauncher(Launcher):
             )
         except OSError as e:
             raise LaunchError(f"cannot start the warm trial launcher: {e}") from e
+        launched(zygote.pid)
         self._zygote = zygote
         reply = self._read(zygote, READY_TIMEOUT_S)
         if not reply.get("ready"):

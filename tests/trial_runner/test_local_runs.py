@@ -7,6 +7,7 @@ import json
 import math
 import time
 
+import psutil
 import pytest
 
 from autotune.trial_runner import Outcome
@@ -61,6 +62,9 @@ def test_every_knob_is_applied_at_world_size_2(run_faulty: RunFaulty, kind: str)
     assert applied["allreduce_calls_first_step"] == 1
     assert applied["allreduce_calls_total"] == applied["steps"] == 8
     assert not wait_no_leftovers(trial_dir)
+    # the DataLoader workers, re-parented to this process when their rank left, were reaped: no zombie
+    zombies = [c.pid for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+    assert not zombies
 
 
 def test_defaults_apply_no_knob(run_faulty: RunFaulty) -> None:
