@@ -242,7 +242,20 @@ def _cause_rank(part: str) -> int:
     return 2 if part.endswith(_SHUTDOWN_SIGNALS) else 0
 
 
-class LocalLauncher(Launcher):
+class MachineLauncher(Launcher):
+    """What the launchers that start trials on this machine share: extra environment, the core/GPU lease
+    board every trial leases from before it starts, and being the subreaper of the trials' orphans."""
+
+    def __init__(
+        self, env: dict[str, str] | None = None, leases: LeaseBoard | None = None, lease_timeout_s: float | None = None
+    ) -> None:
+        self.extra_env = env or {}
+        self.leases = leases or LeaseBoard()
+        self.lease_timeout_s = lease_timeout_s
+        become_subreaper()
+
+
+class LocalLauncher(MachineLauncher):
     """torchrun on this machine: ``--nproc-per-node=W`` with a c10d rendezvous on a free local port.
 
     torchrun runs in a new session (its own process group) and receives SIGTERM when the tuner dies; the
@@ -252,14 +265,6 @@ class LocalLauncher(Launcher):
     """
 
     name = "local"
-
-    def __init__(
-        self, env: dict[str, str] | None = None, leases: LeaseBoard | None = None, lease_timeout_s: float | None = None
-    ) -> None:
-        self.extra_env = env or {}
-        self.leases = leases or LeaseBoard()
-        self.lease_timeout_s = lease_timeout_s
-        become_subreaper()
 
     def command(self, plan: TrialPlan, trial_dir: Path) -> list[str]:
         return [

@@ -23,12 +23,12 @@ from typing import IO, Any
 import psutil
 
 from autotune.errors import LaunchError
-from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._base import RunHandle
 from autotune.trial_runner._lease import LeaseBoard
 from autotune.trial_runner._local import (
+    MachineLauncher,
     ProcessTreeHandle,
     _die_with_tuner,
-    become_subreaper,
     launched,
     lease_for,
     trial_environment,
@@ -86,7 +86,7 @@ class _Leader:
                 self._proc.kill()
 
 
-class WarmLauncher(Launcher):
+class WarmLauncher(MachineLauncher):
     """Forks each trial from a warm zygote. The default local launcher (``launcher.kind: local``)."""
 
     name = "local"
@@ -94,11 +94,8 @@ class WarmLauncher(Launcher):
     def __init__(
         self, env: dict[str, str] | None = None, leases: LeaseBoard | None = None, lease_timeout_s: float | None = None
     ) -> None:
-        self.extra_env = env or {}
-        self.leases = leases or LeaseBoard()
-        self.lease_timeout_s = lease_timeout_s
+        super().__init__(env, leases, lease_timeout_s)
         self._zygote: subprocess.Popen[bytes] | None = None
-        become_subreaper()
 
     def _start(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
         if self._zygote is not None and self._zygote.poll() is None:
