@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import hashlib
 import logging
-import math
 import os
 import tempfile
 import time
@@ -336,7 +335,3 @@ def machine_facts() -> dict[str, Any]:
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values())
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
