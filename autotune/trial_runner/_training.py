@@ -314,10 +314,12 @@ class Trainer:
         reason = f"{max_steps} steps"
         last_loss: float | None = None
         training_started_at = time.time()
+        # A window's time is the wall-clock time since the previous boundary, the boundary's own reduction
+        # included: DataLoader workers keep producing while the main loop is not stepping, so timing only
+        # the steps would hand a loader-bound configuration free time and make short trials optimistic.
+        mark = time.perf_counter()
         while step < max_steps:
-            start = time.perf_counter()
             loss = self.step(batches)
-            elapsed = time.perf_counter() - start
             step += 1
             os.utime(self.heartbeat)
             if step == 1:
@@ -329,7 +331,6 @@ class Trainer:
                 self.write_applied()
             measuring = step > limits.warmup_steps
             if measuring:
-                window_time += elapsed
                 window_steps += 1
             window_loss += loss
             at_boundary = (
@@ -339,6 +340,8 @@ class Trainer:
             )
             if not at_boundary:
                 continue
+            now = time.perf_counter()
+            window_time, mark = (now - mark if measuring else 0.0), now
             # One small reduction per window: slowest rank's time, largest memory, non-finite flag; mean loss.
             n_loss = window_steps if measuring else step
             peak = max(peak, peak_memory_mb(self.device))
