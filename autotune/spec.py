@@ -53,7 +53,7 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 Metric = Literal["throughput", "peak_memory_mb", "loss"]
 Direction = Literal["maximize", "minimize"]
 SamplerName = Literal["tpe", "gp", "nsga2", "random", "grid", "cmaes", "qmc"]
-PrunerName = Literal["median", "percentile", "hyperband", "successive_halving", "none"]
+PrunerName = Literal["best", "median", "percentile", "hyperband", "successive_halving", "none"]
 
 # Names a metric has in the study file -> the unit-carrying name it is stored under.
 METRIC_KEYS: dict[str, str] = {
@@ -352,7 +352,9 @@ class ConstraintsSpec(BaseModel):
 
 class SamplerSpec(BaseModel):
     model_config = _STRICT
-    name: SamplerName = Field("tpe", description="tpe | gp | nsga2 | random | grid | cmaes | qmc")
+    name: SamplerName = Field(
+        "gp", description="gp (Gaussian-process Bayesian optimisation) | tpe | nsga2 | random | grid | cmaes | qmc"
+    )
     seed: int | None = Field(None, description="random seed of the sampler")
     n_startup_trials: int | None = Field(None, ge=0, description="random trials before the model kicks in")
 
@@ -360,14 +362,23 @@ class SamplerSpec(BaseModel):
 class PrunerSpec(BaseModel):
     model_config = _STRICT
     name: PrunerName = Field(
-        "median", description="median | percentile | hyperband | successive_halving | none"
+        "best", description="best | median | percentile | hyperband | successive_halving | none"
     )
-    n_startup_trials: int = Field(3, ge=0, description="complete trials needed before pruning starts")
+    n_startup_trials: int | None = Field(
+        None, ge=0, description="complete trials needed before pruning starts (default: best 1, median/percentile 3)"
+    )
     percentile: float = Field(25.0, gt=0, lt=100, description="percentile pruner: keep the best P percent")
     margin: float = Field(
         0.1, ge=0, lt=1,
-        description="median/percentile: prune only when worse than the threshold by this fraction (noise)",
+        description="best/median/percentile: prune only when worse than the threshold by this fraction (noise)",
     )
+
+    def startup_trials(self) -> int:
+        """Complete trials needed before pruning starts: as set, else 1 for ``best`` (the baseline is the
+        first comparison) and 3 for the others."""
+        if self.n_startup_trials is not None:
+            return self.n_startup_trials
+        return 1 if self.name == "best" else 3
 
 
 class BudgetSpec(BaseModel):

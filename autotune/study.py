@@ -21,6 +21,7 @@ from optuna.samplers import BaseSampler
 from optuna.storages import BaseStorage
 
 from autotune import __version__
+from autotune._gp import PartialGPSampler
 from autotune.errors import AutotuneError, UsageError
 from autotune.objectives import NoiseAwarePruner
 from autotune.search_space import SearchSpace
@@ -80,6 +81,8 @@ def _make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
             seed=seed, n_startup_trials=startup, multivariate=True, group=True, constant_liar=True
         )
     if name == "gp":
+        if len(spec.objectives) == 1:
+            return PartialGPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n_trials // 3)))
@@ -128,13 +131,23 @@ def make_pruner(spec: StudySpec) -> BasePruner:
     cfg = spec.pruner
     if len(spec.objectives) > 1 or cfg.name == "none":
         return optuna.pruners.NopPruner()
-    # The first measured window is the noisiest (workers starting, caches cold): judge from the second on,
-    # and only when clearly worse than the others: a 10% margin covers the noise of short measurements.
     first_window = spec.trial.warmup_steps + spec.trial.window()
+    if cfg.name == "best":
+        # Only the best configuration matters: a trial clearly worse than the best finished one (by more than
+        # the noise margin) cannot become it, so it stops at its first measured window. The baseline, run
+        # first and never pruned, is the first trial to compare with.
+        return NoiseAwarePruner(
+            0.0,
+            n_startup_trials=cfg.startup_trials(),
+            n_warmup_steps=spec.trial.warmup_steps,
+            margin=cfg.margin,
+        )
     if cfg.name in ("median", "percentile"):
+        # Against the median, a trial as good as most is pruned on noise: judge from the second measured
+        # window on (the first is the noisiest: workers starting, caches cold), and only when clearly worse.
         return NoiseAwarePruner(
             50.0 if cfg.name == "median" else cfg.percentile,
-            n_startup_trials=cfg.n_startup_trials,
+            n_startup_trials=cfg.startup_trials(),
             n_warmup_steps=first_window,
             margin=cfg.margin,
         )

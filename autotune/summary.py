@@ -84,7 +84,7 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
     pruner = spec.pruner
     pruner_text: str = pruner.name
     if pruner.name != "none":
-        pruner_text += f", after {pruner.n_startup_trials} trials"
+        pruner_text += f", after {pruner.startup_trials()} trials"
         if pruner.name == "percentile":
             pruner_text += f", percentile {_show(pruner.percentile)}"
     budget = spec.budget

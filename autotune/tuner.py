@@ -384,8 +384,9 @@ class Tuner:
                 return bool(trial.should_prune())
 
             return single
+        startup = self.spec.pruner.n_startup_trials
         rule = DominancePruner(
-            [o.direction or "maximize" for o in objectives], n_startup_trials=self.spec.pruner.n_startup_trials
+            [o.direction or "maximize" for o in objectives], n_startup_trials=3 if startup is None else startup
         )
         finished = [
             [(int(w[0]), values) for w in t.user_attrs.get("windows", []) if (values := _window_values(w, self.spec))]

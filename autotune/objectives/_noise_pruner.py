@@ -20,6 +20,9 @@ class NoiseAwarePruner(BasePruner):
     that step (their latest value at or before it) and prunes only when the trial is worse by more than
     ``margin`` (relative). It never prunes before ``n_warmup_steps`` (strictly after) nor before
     ``n_startup_trials`` complete trials can be compared.
+
+    ``percentile=0`` compares with the best complete trial: a trial is stopped as soon as it is clearly
+    worse than the configuration it would have to beat to be chosen.
     """
 
     def __init__(
@@ -30,8 +33,8 @@ class NoiseAwarePruner(BasePruner):
         n_warmup_steps: int = 0,
         margin: float = 0.1,
     ) -> None:
-        if not 0 < percentile < 100:
-            raise ValueError(f"percentile must be in (0, 100), got {percentile}")
+        if not 0 <= percentile < 100:
+            raise ValueError(f"percentile must be in [0, 100), got {percentile}")
         if not 0 <= margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {margin}")
         self.percentile = percentile

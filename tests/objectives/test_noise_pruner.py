@@ -68,7 +68,23 @@ def test_percentile_keeps_only_the_best_share() -> None:
     assert not NoiseAwarePruner(50.0, margin=0.1).prune(study, _running(study, {10: 350.0}))
 
 
-@pytest.mark.parametrize(("percentile", "margin"), [(0.0, 0.1), (100.0, 0.1), (50.0, 1.0), (50.0, -0.1)])
+@pytest.mark.parametrize(("percentile", "margin"), [(-1.0, 0.1), (100.0, 0.1), (50.0, 1.0), (50.0, -0.1)])
 def test_bad_parameters(percentile: float, margin: float) -> None:
     with pytest.raises(ValueError):
         NoiseAwarePruner(percentile, margin=margin)
+
+
+def test_percentile_zero_compares_with_the_best_trial() -> None:
+    # the ``best`` pruner: 110 is the best finished trial; 97 is 12% below it, 100 only 9% below
+    study = _study("maximize", FINISHED)
+    pruner = NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.1)
+    assert pruner.prune(study, _running(study, {10: 97.0}))
+    assert not pruner.prune(study, _running(study, {10: 100.0}))
+    # the same trial is not pruned against the median (100)
+    assert not NoiseAwarePruner(50.0, n_startup_trials=1, margin=0.1).prune(study, _running(study, {10: 97.0}))
+
+
+def test_best_needs_only_one_finished_trial() -> None:
+    study = _study("maximize", FINISHED[:1])
+    assert NoiseAwarePruner(0.0, n_startup_trials=1).prune(study, _running(study, {10: 80.0}))
+    assert not NoiseAwarePruner(0.0, n_startup_trials=2).prune(study, _running(study, {10: 80.0}))

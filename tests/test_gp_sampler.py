@@ -1,0 +1,117 @@
+"""autotune's default sampler and pruner: GP search that learns from pruned trials and never repeats itself."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.samplers import GPSampler
+from optuna.trial import TrialState
+
+from autotune._gp import PartialGPSampler, _WithPartial
+from autotune.objectives import NoiseAwarePruner
+from autotune.spec import parse_spec
+from autotune.study import make_pruner, make_sampler
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _spec(tmp_path: Path, **extra: object) -> object:
+    document = {
+        "name": "s",
+        "workload": {"entrypoint": "autotune.workloads.mlp:build"},
+        "search_space": {"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0, "high": 2}},
+        "trial": {"warmup_steps": 5, "max_steps": 50, "report_every": 5},
+        **extra,
+    }
+    return parse_spec(document, source="s.yaml", base_dir=tmp_path)
+
+
+def test_defaults_are_gp_search_and_the_best_pruner(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    sampler = make_sampler(spec, spec.space())
+    assert isinstance(sampler, PartialGPSampler)
+    pruner = make_pruner(spec)
+    assert isinstance(pruner, NoiseAwarePruner)
+    assert pruner.percentile == 0.0
+    assert pruner.n_startup_trials == 1  # the baseline
+    assert pruner.n_warmup_steps == 5  # judged from the first measured window (step 10)
+    assert pruner.margin == 0.1
+    median = make_pruner(_spec(tmp_path, pruner={"name": "median"}))
+    assert isinstance(median, NoiseAwarePruner)
+    assert (median.percentile, median.n_startup_trials, median.n_warmup_steps) == (50.0, 3, 10)
+
+
+def test_multi_objective_gp_is_optunas_own(tmp_path: Path) -> None:
+    objectives = [
+        {"metric": "throughput", "direction": "maximize"},
+        {"metric": "peak_memory_mb", "direction": "minimize"},
+    ]
+    spec = _spec(tmp_path, objectives=objectives)
+    sampler = make_sampler(spec, spec.space())
+    assert isinstance(sampler, GPSampler) and not isinstance(sampler, PartialGPSampler)
+
+
+def _pruned(study: optuna.Study, values: dict[int, float]) -> None:
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 20)})
+    for step, value in values.items():
+        trial.report(value, step)
+    study.tell(trial, state=TrialState.PRUNED)
+
+
+def test_the_model_sees_pruned_trials_at_their_last_value() -> None:
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial({"x": 3})
+    _pruned(study, {10: 50.0, 15: 40.0})
+    study.enqueue_trial({"x": 4})
+    _pruned(study, {})  # pruned before reporting anything: nothing to learn
+    study.enqueue_trial({"x": 5})
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 20)})
+    study.tell(trial, 70.0)
+    seen = _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert [(t.params["x"], t.values) for t in seen] == [(3, [40.0]), (5, [70.0])]
+    # the study itself is untouched
+    assert [t.state for t in study.get_trials()] == [TrialState.PRUNED, TrialState.PRUNED, TrialState.COMPLETE]
+    everything = _WithPartial(study)._get_trials(deepcopy=False, states=None)
+    assert len(everything) == 3
+
+
+def test_a_measured_configuration_is_not_proposed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    study = optuna.create_study(direction="maximize")
+    space = {"x": optuna.distributions.IntDistribution(0, 20)}
+    for x, value in ((3, 10.0), (7, 30.0)):
+        study.enqueue_trial({"x": x})
+        trial = study.ask(space)
+        study.tell(trial, value)
+    sampler = PartialGPSampler(seed=0, n_startup_trials=1)
+    proposals = iter([{"x": 7}, {"x": 8}])
+    monkeypatch.setattr(GPSampler, "sample_relative", lambda self, study, trial, space: next(proposals))
+    trial = study.ask()
+    frozen = study._storage.get_trial(trial._trial_id)
+    assert sampler.sample_relative(study, frozen, space) == {}  # 7 was measured: sample at random instead
+    assert sampler.sample_relative(study, frozen, space) == {"x": 8}
+
+
+def test_gp_search_finds_the_peak_of_a_discrete_landscape_with_pruning() -> None:
+    # A 1-D landscape with one peak; the pruner stops most trials early. The model must still converge:
+    # pruned trials teach it where not to look, and it never spends a trial on a repeat.
+    def value(x: int) -> float:
+        return 100.0 * math.exp(-((x - 14) ** 2) / 8.0)
+
+    sampler = PartialGPSampler(seed=1, n_startup_trials=3)
+    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=NoiseAwarePruner(0.0, n_startup_trials=1))
+    seen: list[int] = []
+    for _ in range(12):
+        trial = study.ask({"x": optuna.distributions.IntDistribution(0, 30)})
+        x = int(trial.params["x"])
+        seen.append(x)
+        trial.report(value(x), 1)
+        trial.report(value(x), 2)
+        if trial.should_prune():
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, value(x))
+    assert max(value(x) for x in seen) >= 95.0, seen
+    assert sum(t.state == TrialState.PRUNED for t in study.get_trials()) >= 3
