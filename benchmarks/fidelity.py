@@ -1,9 +1,10 @@
 """Fidelity: do short trials predict the real run?
 
-Takes the top ``--top`` configurations of a recorded landscape (landscape.py) and runs each twice in one
-run: a short trial exactly as long as the landscape's trials, and a long one ``--factor`` times longer
-(max_steps and the reporting window scaled, the same warm-up). Each configuration's short and long trial
-run back to back (alternating which goes first), configurations in a seeded random order. Reported:
+Takes the top ``--top`` configurations of a recorded landscape (landscape.py) and runs each in one run as
+short trials exactly as long as the landscape's (``--short-repeats``, 3 by default: their median is the
+trial estimate, as the tuner's estimate of its choice is the median of its confirmation runs) and one long
+run ``--factor`` times longer (max_steps and the reporting window scaled, the same warm-up), the long run
+between the short ones, configurations in a seeded random order. Reported:
 Spearman's rank correlation of throughput, short vs long (for the short trials of this run and for the
 landscape's own measurements), and the chosen configuration's (the landscape's best) long-run throughput
 against its trial estimate.
@@ -31,12 +32,14 @@ from _common import (
     fmt,
     machine_caption,
     machine_facts,
+    median,
     pct,
     print_table,
     ratio,
     read_json,
     seeded_shuffle,
     spearman,
+    spread,
     stage,
     warn_if_busy,
     write_json,
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, help="configurations (default 10; quick 3)")
     parser.add_argument("--factor", type=int, help="how many times longer the long run is (default 10; quick 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the measuring order")
+    parser.add_argument("--short-repeats", type=int, default=3,
+                        help="short trials per configuration; their median is the trial estimate (default 3)")
     args = parser.parse_args(argv)
     quick = args.quick
     top = args.top or (3 if quick else 10)
@@ -108,20 +113,27 @@ def main(argv: list[str] | None = None) -> None:
             for position, record in enumerate(seeded_shuffle(chosen, args.seed)):
                 config = TrialConfig.model_validate(record["config"])
                 tag = record["label"].replace(" ", "_")
-                lengths = [("short", short), ("long", long)]
-                measured: dict[str, Any] = {}
-                for kind, limits in lengths if position % 2 == 0 else lengths[::-1]:
-                    result = trials.run(config, limits, "warm", tag=f"{kind}-{tag}")
-                    measured[kind] = result
+                # The short trial is repeated, as the tuner's confirmation runs repeat the best configurations
+                # (its estimate is their median); the long runs go between the repeats.
+                lengths = [("short", short)] * args.short_repeats
+                lengths.insert(len(lengths) // 2 if position % 2 == 0 else (len(lengths) + 1) // 2, ("long", long))
+                measured: dict[str, list[Any]] = {"short": [], "long": []}
+                for kind, limits in lengths:
+                    measured[kind].append(trials.run(config, limits, "warm", tag=f"{kind}-{tag}"))
+                shorts_run = [r.throughput_samples_s for r in measured["short"]
+                              if r.outcome.value == "complete" and r.throughput_samples_s]
+                long_run = measured["long"][0]
                 rows.append({
                     "label": record["label"],
                     "config_key": record["config_key"],
                     "landscape_samples_s": record["throughput_samples_s"],
-                    "short_samples_s": measured["short"].throughput_samples_s,
-                    "long_samples_s": measured["long"].throughput_samples_s,
-                    "short_outcome": measured["short"].outcome.value,
-                    "long_outcome": measured["long"].outcome.value,
-                    "long_wall_s": round(measured["long"].wall_s, 2),
+                    "short_samples_s": median(shorts_run),
+                    "short_runs_samples_s": shorts_run,
+                    "short_spread": spread(shorts_run),
+                    "long_samples_s": long_run.throughput_samples_s,
+                    "short_outcomes": [r.outcome.value for r in measured["short"]],
+                    "long_outcome": long_run.outcome.value,
+                    "long_wall_s": round(long_run.wall_s, 2),
                 })
                 console.print(f"  {record['label']:40s} landscape {fmt(record['throughput_samples_s'])}, short "
                               f"{fmt(rows[-1]['short_samples_s'])}, long {fmt(rows[-1]['long_samples_s'])} samples/s")
@@ -160,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         out,
         "fidelity",
         {"quick": quick, "landscape": str(path), "landscape_date": landscape.get("date"), "top": len(rows),
-         "factor": factor, "short": short, "long": long, "seed": args.seed},
+         "factor": factor, "short": short, "long": long, "seed": args.seed, "short_repeats": args.short_repeats},
         {
             "configs": rows,
             "spearman_short_long": rho,

@@ -42,7 +42,7 @@ from _common import (
     write_json,
 )
 
-LIMITS = {"warmup_steps": 3, "max_steps": 30, "report_every": 3, "max_seconds": 120}
+LIMITS = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_seconds": 120}  # the quickstart's trial
 LIMITS_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
 
 
