@@ -13,6 +13,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["PartialGPSampler"]
 
+_CONSTRAINTS_PREFIX = "constraints:"  # how optuna.Trial.set_constraint stores a constraint
+
 
 class PartialGPSampler(GPSampler):
     """Optuna's GPSampler for a single objective, fitted on pruned trials as well, and never proposing a
@@ -62,9 +64,13 @@ class _WithPartial:
     ) -> list[FrozenTrial]:
         trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
         wanted = None if states is None else tuple(states)
+        # GPSampler needs the same constraints on every trial it fits. autotune records a pruned trial's
+        # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over
+        # the memory budget ends as oom, not pruned.
+        names = {name for t in trials if t.state == TrialState.COMPLETE for name in _constraints(t)}
         out: list[FrozenTrial] = []
         for t in trials:
-            partial = _as_complete(t) if t.state == TrialState.PRUNED else None
+            partial = _as_complete(t, names) if t.state == TrialState.PRUNED else None
             if partial is not None and (wanted is None or TrialState.COMPLETE in wanted):
                 out.append(partial)
             elif partial is None and (wanted is None or t.state in wanted):
@@ -72,7 +78,11 @@ class _WithPartial:
         return out
 
 
-def _as_complete(trial: FrozenTrial) -> FrozenTrial | None:
+def _constraints(trial: FrozenTrial) -> list[str]:
+    return [key for key in trial.system_attrs if key.startswith(_CONSTRAINTS_PREFIX)]
+
+
+def _as_complete(trial: FrozenTrial, constraint_names: set[str]) -> FrozenTrial | None:
     step = trial.last_step
     if step is None:
         return None
@@ -80,6 +90,9 @@ def _as_complete(trial: FrozenTrial) -> FrozenTrial | None:
     if not math.isfinite(value):
         return None
     partial = copy.copy(trial)
+    partial.system_attrs = dict(trial.system_attrs)
+    for name in constraint_names:
+        partial.system_attrs.setdefault(name, 0.0)
     partial.state = TrialState.COMPLETE
     partial.values = [value]
     return partial

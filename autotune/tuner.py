@@ -426,6 +426,10 @@ class Tuner:
         self._attach_artifacts(study, trial, result)
         outcome = result.outcome
         if outcome is Outcome.PRUNED:
+            # Its constraints as measured so far: a sampler that models pruned trials (gp) needs the same
+            # constraints on every trial it fits.
+            for name, value in constraint_values(result, self.spec.constraints.max_memory_mb).items():
+                trial.set_constraint(name, value)
             study.tell(trial, state=TrialState.PRUNED)
             return
         if outcome in (Outcome.COMPLETE, Outcome.OOM, Outcome.DIVERGED):

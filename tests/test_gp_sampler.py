@@ -115,3 +115,23 @@ def test_gp_search_finds_the_peak_of_a_discrete_landscape_with_pruning() -> None
             study.tell(trial, value(x))
     assert max(value(x) for x in seen) >= 95.0, seen
     assert sum(t.state == TrialState.PRUNED for t in study.get_trials()) >= 3
+
+
+def test_constraints_of_complete_trials_do_not_break_the_fit_on_pruned_ones() -> None:
+    # The tuner sets constraints (memory, diverged) on complete trials; GPSampler refuses trials with
+    # different constraints, so a pruned trial without them must still fit (as feasible).
+    study = optuna.create_study(direction="maximize", sampler=PartialGPSampler(seed=0, n_startup_trials=2))
+    space = {"x": optuna.distributions.IntDistribution(0, 20)}
+    for x, value in ((2, 10.0), (9, 50.0), (15, 30.0)):
+        study.enqueue_trial({"x": x})
+        trial = study.ask(space)
+        trial.set_constraint("memory", -1.0)
+        trial.set_constraint("diverged", 0.0)
+        study.tell(trial, value)
+    study.enqueue_trial({"x": 4})
+    _pruned(study, {10: 5.0})  # an older study's pruned trial: no constraints recorded
+    seen = _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert [sorted(t.constraints) for t in seen] == [["diverged", "memory"]] * 4
+    assert study.get_trials()[3].constraints == {}  # the stored trial is untouched
+    trial = study.ask(space)
+    assert 0 <= trial.params["x"] <= 20
