@@ -1,13 +1,15 @@
 """Fidelity: do short trials predict the real run?
 
-Takes the top ``--top`` configurations of a recorded landscape (landscape.py) and runs each in one run as
+Takes the top ``--top`` configurations of a study (by default the live study of ``search_efficiency.py
+--live``, whose trials are as long as the landscape's; ``--source landscape``: the landscape's top
+configurations, measured once each) and runs each in one run as
 short trials exactly as long as the landscape's (``--short-repeats``, 3 by default: their median is the
 trial estimate, as the tuner's estimate of its choice is the median of its confirmation runs) and one long
 run ``--factor`` times longer (max_steps and the reporting window scaled, the same warm-up), the long run
-between the short ones, configurations in a seeded random order. Reported:
-Spearman's rank correlation of throughput, short vs long (for the short trials of this run and for the
-landscape's own measurements), and the chosen configuration's (the landscape's best) long-run throughput
-against its trial estimate.
+between the short ones, configurations in a seeded random order. Reported: Spearman's rank correlation
+of throughput, short vs long (for the short trials of this run, and for the study's and the landscape's own
+measurements), and the chosen configuration's (the source's best) long-run throughput against its trial
+estimate.
 
 Targets: rho >= 0.9; the chosen configuration's long run within 5% of its trial estimate.
 
@@ -18,6 +20,7 @@ Targets: rho >= 0.9; the chosen configuration's long run within 5% of its trial 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,41 @@ def scipy_spearman(x: list[float], y: list[float]) -> float | None:
     return float(spearmanr(x, y).statistic)
 
 
+def study_top(db: Path, name: str, top: int, quick: bool, landscape: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``top`` configurations of a finished study, best first, by the throughput the study measured
+    (the median of a configuration's complete trials; for one that was only pruned, its partial value)."""
+    import optuna
+
+    from autotune.objectives import config_key
+    from autotune.search_space import TrialConfig
+
+    if not db.exists():
+        raise SystemExit(f"{db}: no live study; run `python benchmarks/search_efficiency.py --live"
+                         f"{' --quick' * quick}` first, or pass --source landscape")
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    measured: dict[str, dict[str, Any]] = {}
+    for t in study.get_trials(deepcopy=False):
+        value, config = t.user_attrs.get("throughput_samples_s"), t.user_attrs.get("config")
+        if not value or not config or t.user_attrs.get("outcome") not in ("complete", "pruned"):
+            continue
+        key = config_key(config)
+        entry = measured.setdefault(key, {"config": config, "complete": [], "pruned": []})
+        entry[t.user_attrs["outcome"]].append(float(value))
+    rows = []
+    for key, entry in measured.items():
+        values = entry["complete"] or entry["pruned"]
+        record = landscape.get(key)
+        rows.append({
+            "label": TrialConfig.model_validate(entry["config"]).short(),
+            "config": entry["config"],
+            "config_key": key,
+            "study_samples_s": float(statistics.median(values)),
+            "study_outcome": "complete" if entry["complete"] else "pruned",
+            "throughput_samples_s": record["throughput_samples_s"] if record else None,
+        })
+    return sorted(rows, key=lambda r: -r["study_samples_s"])[:top]
+
+
 def long_limits(short: dict[str, Any], factor: int) -> dict[str, Any]:
     warmup, steps = short["warmup_steps"], short["max_steps"]
     return {
@@ -77,6 +115,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, help="configurations (default 10; quick 3)")
     parser.add_argument("--factor", type=int, help="how many times longer the long run is (default 10; quick 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the measuring order")
+    parser.add_argument("--source", choices=["study", "landscape"], default="study",
+                        help="where the top configurations come from: the live study of search_efficiency.py "
+                             "--live (default) or the landscape")
     parser.add_argument("--short-repeats", type=int, default=3,
                         help="short trials per configuration; their median is the trial estimate (default 3)")
     args = parser.parse_args(argv)
@@ -95,10 +136,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from autotune.search_space import TrialConfig
 
-    complete = [r for r in landscape["results"]["configs"] if r["outcome"] == "complete" and r["throughput_samples_s"]]
-    chosen = sorted(complete, key=lambda r: -r["throughput_samples_s"])[:top]
+    by_key = {r["config_key"]: r for r in landscape["results"]["configs"]}
+    if args.source == "study":
+        chosen = study_top(RUNS / "search_live" / "search-live.db", "search-live", top, quick, by_key)
+        source_name = "the live study (search_efficiency.py --live)"
+    else:
+        complete = [r for r in by_key.values() if r["outcome"] == "complete" and r["throughput_samples_s"]]
+        chosen = sorted(complete, key=lambda r: -r["throughput_samples_s"])[:top]
+        source_name = path.name
     if len(chosen) < 2:
-        raise SystemExit(f"{path}: fewer than 2 complete configurations")
+        raise SystemExit(f"{source_name}: fewer than 2 measured configurations")
 
     started = time.monotonic()
     machine = machine_facts()
@@ -127,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
                     "label": record["label"],
                     "config_key": record["config_key"],
                     "landscape_samples_s": record["throughput_samples_s"],
+                    "study_samples_s": record.get("study_samples_s"),
+                    "study_outcome": record.get("study_outcome"),
                     "short_samples_s": median(shorts_run),
                     "short_runs_samples_s": shorts_run,
                     "short_spread": spread(shorts_run),
@@ -137,21 +186,25 @@ def main(argv: list[str] | None = None) -> None:
                 })
                 console.print(f"  {record['label']:40s} landscape {fmt(record['throughput_samples_s'])}, short "
                               f"{fmt(rows[-1]['short_samples_s'])}, long {fmt(rows[-1]['long_samples_s'])} samples/s")
-    rows.sort(key=lambda r: -r["landscape_samples_s"])
+    source_key = "study_samples_s" if args.source == "study" else "landscape_samples_s"
+    rows.sort(key=lambda r: -(r[source_key] or 0.0))
     ok = [r for r in rows if r["short_samples_s"] and r["long_samples_s"]]
     shorts = [r["short_samples_s"] for r in ok]
     longs = [r["long_samples_s"] for r in ok]
-    recorded = [r["landscape_samples_s"] for r in ok]
+    in_landscape = [r for r in ok if r["landscape_samples_s"]]
     rho = spearman(shorts, longs)
-    rho_landscape = spearman(recorded, longs)
+    rho_landscape = spearman([r["landscape_samples_s"] for r in in_landscape],
+                             [r["long_samples_s"] for r in in_landscape]) if len(in_landscape) > 1 else None
+    rho_study = spearman([r["study_samples_s"] for r in ok], longs) if args.source == "study" else None
     best = rows[0]  # the configuration a study on these trials chooses
     estimate = ratio(best["long_samples_s"], best["short_samples_s"])
     estimate_landscape = ratio(best["long_samples_s"], best["landscape_samples_s"])
     print_table(
-        f"Short ({short['max_steps']} steps) vs long ({long['max_steps']} steps) trials, top {len(rows)} of "
-        f"{path.name}",
-        ["configuration", "landscape samples/s", "short samples/s", "long samples/s", "long/short", "long s"],
-        [[r["label"], r["landscape_samples_s"], r["short_samples_s"], r["long_samples_s"],
+        f"Short ({short['max_steps']} steps, median of {args.short_repeats}) vs long ({long['max_steps']} steps) "
+        f"trials, top {len(rows)} of {source_name}",
+        ["configuration", "study samples/s", "landscape samples/s", "short samples/s", "long samples/s", "long/short",
+         "long s"],
+        [[r["label"], r["study_samples_s"], r["landscape_samples_s"], r["short_samples_s"], r["long_samples_s"],
           ratio(r["long_samples_s"], r["short_samples_s"]), r["long_wall_s"]] for r in rows],
         caption=machine_caption(machine),
     )
@@ -162,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         ["measure", "value", "target"],
         [
             ["Spearman rho, short (this run) vs long", fmt(rho), f">= {RHO_TARGET:g}: {check(rho_met)}"],
+            ["Spearman rho, the study's trials vs long", fmt(rho_study), "-"],
             ["Spearman rho, landscape vs long", fmt(rho_landscape), "-"],
             [f"chosen ({best['label']}): long / short trial", fmt(estimate),
              f"within {pct(ESTIMATE_TARGET)}: {check(estimate_met)}"],
@@ -171,13 +225,15 @@ def main(argv: list[str] | None = None) -> None:
     write_json(
         out,
         "fidelity",
-        {"quick": quick, "landscape": str(path), "landscape_date": landscape.get("date"), "top": len(rows),
+        {"quick": quick, "source": args.source, "landscape": str(path), "landscape_date": landscape.get("date"),
+         "top": len(rows),
          "factor": factor, "short": short, "long": long, "seed": args.seed, "short_repeats": args.short_repeats},
         {
             "configs": rows,
             "spearman_short_long": rho,
             "spearman_short_long_scipy": scipy_spearman(shorts, longs) if len(ok) > 1 else None,
             "spearman_landscape_long": rho_landscape,
+            "spearman_study_long": rho_study,
             "chosen": best["label"],
             "chosen_long_over_short": estimate,
             "chosen_long_over_landscape": estimate_landscape,
