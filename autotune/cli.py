@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -40,7 +40,40 @@ def _handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """click's group, except that a bad option, argument or command is one line on stderr (exit 2), like
+    every other bad input, instead of click's usage block."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `autotune`: click's help is the message
+                e.show()
+                sys.exit(e.exit_code)
+            where = e.ctx.command_path if e.ctx is not None else "autotune"
+            message = " ".join(e.format_message().split())
+            click.echo(f"error: {message} (see `{where} --help`)", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="autotune")
 def main(debug: bool) -> None:
@@ -219,4 +252,4 @@ def dashboard(study_file: str, host: str, port: int) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    main(prog_name="autotune")

@@ -99,11 +99,36 @@ def test_bad_command_line_arguments_are_refused(tmp_path: Path, args: list[str],
     out = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml", *args], cwd=folder,
                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert out.returncode == 2, out.stdout + out.stderr
-    errors = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
-    # click's usage errors: a usage line and a hint, then one line naming the option and the rule
-    assert len(errors) == 1 and expect in errors[0], out.stderr
-    assert "Traceback" not in out.stderr and out.stdout == ""
+    # one line naming the option and the rule, and where the help is: not click's usage block
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], out.stderr
+    assert lines[0].endswith("(see `autotune run --help`)"), out.stderr
+    assert out.stdout == ""
     nothing_written(folder, before)
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["runn"], "error: No such command 'runn'. Did you mean 'run'? (see `autotune --help`)"),
+        (["run"], "error: Missing argument 'STUDY_FILE'. (see `autotune run --help`)"),
+        (["--verbose"], "error: No such option '--verbose'. Did you mean '--version'? (see `autotune --help`)"),
+    ],
+    ids=["unknown_command", "missing_argument", "unknown_global_option"],
+)
+def test_a_bad_command_line_is_one_line(tmp_path: Path, args: list[str], expect: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert (out.returncode, out.stderr.splitlines(), out.stdout) == (2, [expect], "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_and_version_still_print_and_exit_0(tmp_path: Path) -> None:
+    for args, expect in ((["--help"], "Usage: autotune [OPTIONS] COMMAND"), (["run", "-h"], "Usage: autotune run"),
+                         (["--version"], "autotune, version")):
+        out = subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0 and out.stdout.startswith(expect) and out.stderr == "", (args, out)
 
 
 @pytest.mark.parametrize("what", ["missing_file", "a_folder"])
