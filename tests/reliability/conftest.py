@@ -10,25 +10,22 @@ same machine — a warm zygote, a forked rank, a DataLoader worker.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 import psutil
 import pytest
 import yaml
 
 from tests.trial_runner.conftest import wait_no_leftovers
+from tests.tuner import conftest as tuner
 
 HERE = Path(__file__).parent
 MARK_ENV = "AUTOTUNE_RELIABILITY_MARK"
@@ -38,53 +35,13 @@ SHORT_TRIAL = {"warmup_steps": 2, "max_steps": 10, "report_every": 2, "max_secon
 
 
 @dataclass
-class StudyDir:
-    """``study.yaml`` beside a copy of chaos.py; the default storage is ``<name>.db`` in the same folder."""
-
-    folder: Path
-    name: str
-    env: dict[str, str] = field(repr=False)
-
-    @property
-    def file(self) -> Path:
-        return self.folder / "study.yaml"
-
-    @property
-    def db(self) -> Path:
-        return self.folder / f"{self.name}.db"
-
-    @property
-    def url(self) -> str:
-        return f"sqlite:///{self.db}"
-
-    @property
-    def runs(self) -> Path:
-        return self.folder / "runs" / self.name
+class StudyDir(tuner.StudyDir):
+    """``study.yaml`` beside a copy of chaos.py, run with the test's environment (its mark)."""
 
     @property
     def mark(self) -> str:
+        assert self.env is not None
         return self.env[MARK_ENV]
-
-    def trial_dir(self, number: int) -> Path:
-        return self.runs / f"trial-{number:04d}"
-
-    def autotune(self, *args: str, timeout: float = 180, env: dict[str, str] | None = None
-                 ) -> subprocess.CompletedProcess[str]:
-        """The real CLI, as a user runs it from the study's folder."""
-        return subprocess.run(
-            [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, capture_output=True, text=True,
-            timeout=timeout, check=False, env={**self.env, **(env or {})}, stdin=subprocess.DEVNULL,
-        )
-
-    def popen(self, *args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        with log.open("wb") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env={**self.env, **(env or {})},
-            )
-
-    def load(self) -> optuna.Study:
-        return optuna.load_study(study_name=self.name, storage=self.url)
 
 
 def write_study(folder: Path, name: str, env: dict[str, str], *, workload_args: dict[str, Any] | None = None,
@@ -147,15 +104,6 @@ def assert_nothing_left(sd: StudyDir, since: float) -> None:
         assert not wait_no_leftovers(trial_dir, within_s=10), f"processes of {trial_dir} outlived the run"
     assert not wait_none_marked(sd.mark, since=since, needle="autotune.trial_runner"), "trial processes outlived it"
     assert not wait_none_marked(sd.mark, since=since), "processes started by the tuner outlived it"
-
-
-def finished_snapshot(study: optuna.Study) -> dict[int, tuple[Any, ...]]:
-    """What must never change about a finished trial: state, values, params, attributes, completion time."""
-    return {
-        t.number: (t.state, t.values, t.params, json.dumps(t.user_attrs, sort_keys=True), t.datetime_complete)
-        for t in study.get_trials(deepcopy=False)
-        if t.state.is_finished()
-    }
 
 
 # ------------------------------------------------------------------------------------------------ fixtures

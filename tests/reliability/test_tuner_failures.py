@@ -20,8 +20,9 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.tuner import counts_toward_budget
+from tests.tuner.conftest import finished_snapshot
 
-from .conftest import StudyDir, assert_nothing_left, finished_snapshot, marked_processes
+from .conftest import StudyDir, assert_nothing_left, marked_processes
 
 SEED = 20240611
 N_TRIALS = 8

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -127,12 +128,7 @@ def test_two_trials_on_one_machine_run_one_after_the_other_by_default(tmp_path: 
         ended[trial_dir.name] = time.time()
         return result
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = [f.result(timeout=120) for f in [pool.submit(one, i) for i in range(2)]]
-    finally:
-        for launcher in launchers:
-            launcher.close()
+    results = _side_by_side(one, launchers)
     assert [r.outcome for r in results] == [Outcome.COMPLETE, Outcome.COMPLETE]
     assert len(said) == 1 and "waits for" in said[0]
     waiter = said[0].split()[1]  # "trial t1 waits for ..."
@@ -157,12 +153,17 @@ def test_with_cores_per_rank_trials_run_side_by_side_on_their_own_cores(
         return run_trial(plan("slow", at_step=1, limits={"max_steps": 100000}), trial_dir, launchers[i],
                          on_window=_affinity_at_first_window(trial_dir, seen))
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            results = [f.result(timeout=120) for f in [pool.submit(one, i) for i in range(2)]]
-    finally:
-        for launcher in launchers:
-            launcher.close()
+    results = _side_by_side(one, launchers)
     assert [r.outcome for r in results] == [Outcome.PRUNED, Outcome.PRUNED]
     assert said == []  # nobody waited
     assert len(seen["t0"]) == len(seen["t1"]) == 1 and seen["t0"] != seen["t1"]
+
+
+def _side_by_side(one: Callable[[int], TrialResult], launchers: list[WarmLauncher]) -> list[TrialResult]:
+    """``one(0)`` and ``one(1)`` at the same time; the launchers are closed after."""
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            return [f.result(timeout=120) for f in [pool.submit(one, i) for i in range(2)]]
+    finally:
+        for launcher in launchers:
+            launcher.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,12 @@ CONFIG_KEYS = KNOBS | {"device", "base_lr", "base_batch_size", "global_batch", "
 
 @dataclass
 class StudyDir:
-    """A study file beside a copy of faulty.py; its default storage is ``<name>.db`` in the same folder."""
+    """A study file beside a copy of its workload; its default storage is ``<name>.db`` in the same folder.
+    ``env``: the environment of the `autotune` processes started here (None: this process's)."""
 
     folder: Path
     name: str
+    env: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def file(self) -> Path:
@@ -61,17 +65,24 @@ class StudyDir:
     def trial_dir(self, number: int) -> Path:
         return self.runs / f"trial-{number:04d}"
 
-    def autotune(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str] | None:
+        if self.env is None and not extra:
+            return None
+        return {**(os.environ if self.env is None else self.env), **(extra or {})}
+
+    def autotune(self, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+                 ) -> subprocess.CompletedProcess[str]:
         """The real CLI, as a user runs it from the study's folder."""
         return subprocess.run(
-            [sys.executable, "-m", "autotune.cli", *args],
-            cwd=self.folder, capture_output=True, text=True, timeout=timeout, check=False,
+            [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, capture_output=True, text=True,
+            timeout=timeout, check=False, env=self._env(env), stdin=subprocess.DEVNULL,
         )
 
-    def popen(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    def popen(self, *args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, stdout=out, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=self._env(env),
             )
 
     def load(self) -> optuna.Study:
@@ -82,7 +93,7 @@ class StudyDir:
         folder.mkdir(parents=True)
         for name in ("study.yaml", "faulty.py", self.db.name):
             shutil.copy2(self.folder / name, folder / name)
-        return StudyDir(folder, self.name)
+        return dataclasses.replace(self, folder=folder)
 
 
 def make_study(folder: Path, name: str, *, workload_args: dict[str, Any] | None = None,
