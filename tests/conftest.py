@@ -1,9 +1,14 @@
 """Real servers for the tests: a private PostgreSQL and a single-node SLURM cluster on localhost.
 
 Both start once per test session from the Debian packages (`postgresql`; `slurmctld slurmd slurm-client
-munge`), in a temporary folder, on free local ports, and are stopped at the end. A test that needs one
-is skipped, with the reason, only when the binaries are not installed. Set AUTOTUNE_TEST_SLURM_CONF to
-the slurm.conf of a running cluster to use that one instead.
+munge`), in a temporary folder, on free local ports, and are stopped at the end. Set
+AUTOTUNE_TEST_SLURM_CONF to the slurm.conf of a running cluster to use that one instead.
+
+The real parts (PostgreSQL, SLURM, Chromium) are not optional: when the tests collected need one whose
+Debian packages are missing, the session installs them first (as root, with apt-get), or stops before the
+first test with one line naming the packages and the command that installs them. Only
+AUTOTUNE_TEST_SKIP_REAL=1, set on purpose, runs the suite with those tests skipped; under CI=true a
+skipped real-part test is a failure.
 
 Every test session also gets a lease folder of its own (AUTOTUNE_LEASE_DIR), so its trials never wait
 for trials of another session on the same machine.
@@ -21,7 +26,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +71,129 @@ def _session_lease_dir() -> Iterator[None]:
     else:
         os.environ["AUTOTUNE_LEASE_DIR"] = previous
     shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- real parts
+@dataclass(frozen=True)
+class RealPart:
+    """A server or program some tests run for real, and the Debian packages it comes from."""
+
+    title: str
+    packages: tuple[str, ...]
+    present: Callable[[], bool]
+    fixtures: tuple[str, ...] = ()  # tests using one of these need the part
+    recommends: bool = False  # install the packages' recommended ones too (chromium's fonts)
+
+
+def _postgres_present() -> bool:
+    bin_dir = _postgres_bin()
+    return bin_dir is not None and (bin_dir / "pg_ctl").exists()
+
+
+def _slurm_present() -> bool:
+    return all(shutil.which(n) for n in _SLURM_CLIENTS) and all(_sbin(n) for n in _SLURM_DAEMONS)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+REAL_PARTS: dict[str, RealPart] = {
+    "postgresql": RealPart("PostgreSQL", ("postgresql",), _postgres_present, ("postgres_server",)),
+    "slurm": RealPart("SLURM", ("slurmctld", "slurmd", "slurm-client", "munge"), _slurm_present, ("slurm_cluster",)),
+    "chromium": RealPart("Chromium", ("chromium",), CHROMIUM.exists, recommends=True),
+}
+SKIP_REAL = "AUTOTUNE_TEST_SKIP_REAL"
+# tests/test_real_parts.py checks this gate on a machine that has every part: it names parts to treat as
+# missing and not installable.
+PRETEND_MISSING = "AUTOTUNE_TEST_PRETEND_MISSING"
+
+
+def _present(name: str) -> bool:
+    return name not in os.environ.get(PRETEND_MISSING, "").split(",") and REAL_PARTS[name].present()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "real(part): the test runs a real part (postgresql, slurm, chromium)")
+
+
+def _parts_of(item: pytest.Item) -> set[str]:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    parts = {name for name, part in REAL_PARTS.items() if fixtures & set(part.fixtures)}
+    for mark in item.iter_markers("real"):
+        unknown = set(mark.args) - set(REAL_PARTS)
+        if unknown:
+            names = ", ".join(sorted(unknown))
+            raise pytest.UsageError(f"{item.nodeid}: real({names}): not one of {sorted(REAL_PARTS)}")
+        parts.update(mark.args)
+    return parts
+
+
+def _install(config: pytest.Config, parts: list[str]) -> str | None:
+    """apt-get install the parts' packages; None when it worked, else why not."""
+    if os.environ.get(PRETEND_MISSING):
+        return "not installable in this check"
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return "not root" if os.geteuid() != 0 else "no apt-get"
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    say = reporter.write_line if reporter is not None else print
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    steps = [["apt-get", "update", "-q"]]
+    for flag in (False, True):  # chromium's recommended packages (fonts) come with it
+        chosen = [p for name in parts if REAL_PARTS[name].recommends is flag for p in REAL_PARTS[name].packages]
+        if chosen:
+            steps.append(["apt-get", "install", "-y", "-q", *([] if flag else ["--no-install-recommends"]), *chosen])
+    log = Path(tempfile.gettempdir()) / "autotune-test-apt.log"
+    with contextlib.ExitStack() as stack:
+        if capture is not None:
+            stack.enter_context(capture.global_and_fixture_disabled())
+        packages = ", ".join(p for name in parts for p in REAL_PARTS[name].packages)
+        say(f"installing the Debian packages of the real-part tests ({packages}); "
+            f"apt-get's output goes to {log}; set {SKIP_REAL}=1 to skip those tests instead")
+        with log.open("w") as out:
+            for cmd in steps:
+                started = time.monotonic()
+                done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                      timeout=1800, check=False)
+                say(f"  {' '.join(cmd[:2])}: exit {done.returncode} in {time.monotonic() - started:.0f} s")
+                if done.returncode != 0:
+                    return f"`{' '.join(cmd)}` failed (exit {done.returncode}; see {log})"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Before the first test: every real part the collected tests need is installed, or the run stops."""
+    needed = sorted({part for item in items for part in _parts_of(item)})
+    missing = [name for name in needed if not _present(name)]
+    if not missing or os.environ.get(SKIP_REAL) == "1":
+        return
+    why = _install(config, missing)
+    still = [name for name in missing if not _present(name)]
+    if not still:
+        return
+    packages = " ".join(p for name in still for p in REAL_PARTS[name].packages)
+    titles = ", ".join(REAL_PARTS[name].title for name in still)
+    pytest.exit(
+        f"error: the {titles} tests need Debian packages that are not installed ({why or 'installed, not found'}): "
+        f"run `sudo apt-get install {packages}` and try again, or set {SKIP_REAL}=1 to run without those tests",
+        returncode=2,
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for name in sorted(_parts_of(item)):
+        part = REAL_PARTS[name]
+        if not _present(name):
+            pytest.skip(f"{part.title} is not installed ({SKIP_REAL}=1): apt-get install {' '.join(part.packages)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under CI=true a real-part test that skipped is a failure: CI must have tested the real parts."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.skipped and os.environ.get("CI", "").lower() == "true" and _parts_of(item):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"CI=true: a real-part test ({', '.join(sorted(_parts_of(item)))}) skipped: {reason}"
 
 
 # ---------------------------------------------------------------------------------------------- PostgreSQL

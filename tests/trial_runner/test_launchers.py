@@ -25,7 +25,7 @@ from autotune.trial_runner import Launcher, LocalLauncher, Outcome, TrialPlan, W
 
 from .conftest import HERE, leftovers, wait_no_leftovers
 
-KINDS = ["torchrun", "warm", "slurm"]
+KINDS = ["torchrun", "warm", pytest.param("slurm", marks=pytest.mark.real("slurm"))]
 
 
 def make(kind: str) -> Launcher:
