@@ -34,6 +34,8 @@ class Calibration:
         spread: (max - min) / median of those measurements.
         speedup: chosen median over the baseline's median (None without a measured baseline).
         confirmed: whether the choice was confirmed by re-runs.
+        default_is_best: the chosen configuration is the baseline (the workload's defaults): nothing
+            measured beat it by more than the measured spread.
     """
 
     config: TrialConfig
@@ -45,6 +47,7 @@ class Calibration:
     speedup: float | None = None
     baseline_throughput_samples_s: float | None = None
     confirmed: bool = False
+    default_is_best: bool = False
 
     # -- the numbers ------------------------------------------------------------------------------------
     @property
@@ -145,6 +148,8 @@ class Calibration:
 
     def summary(self) -> str:
         speed = f", {self.speedup:.2f}x the baseline" if self.speedup else ""
+        if self.default_is_best:
+            speed = ", the default configuration: nothing beat it"
         through = f"{self.throughput_samples_s:,.0f} samples/s" if self.throughput_samples_s else "unmeasured"
         return f"{self.config.short()} ({through}{speed})"
 
@@ -165,6 +170,7 @@ def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
         speedup=summary.speedup,
         baseline_throughput_samples_s=summary.baseline.median if summary.baseline else None,
         confirmed=summary.confirmed,
+        default_is_best=summary.default_is_best,
     )
 
 

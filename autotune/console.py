@@ -57,9 +57,12 @@ def trial_progress(console: Console, limits: TrialLimits, enabled: bool = True) 
         yield tick
 
 
-def print_trial_result(console: Console, config: TrialConfig, result: TrialResult) -> None:
+def print_trial_result(console: Console, config: TrialConfig, result: TrialResult, debug: bool = False) -> None:
+    """How one trial went. A failed one shows the workload's exception and the user's file:line first;
+    autotune's own frames only with ``debug``."""
     style = OUTCOME_STYLE.get(result.outcome.value, "white")
     console.print(f"[bold {style}]{result.outcome.value}[/]  {escape(result.reason)}")
+    shown = _print_workload_error(console, result.error_lines, debug)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("config", config.short())
     table.add_row("throughput", fmt(result.throughput_samples_s, ",.1f", " samples/s"))
@@ -70,10 +73,36 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     table.add_row("wall time", fmt(result.wall_s, ".2f", " s"))
     table.add_row("trial folder", result.trial_dir)
     console.print(table)
-    if result.error_lines:
+    if result.error_lines and not shown:
         console.print("[dim]last error lines:[/]")
         for line in result.error_lines[-8:]:
             console.print(f"  {line}", markup=False, highlight=False)
+
+
+def _print_workload_error(console: Console, lines: list[str], debug: bool) -> bool:
+    """The recorded traceback, the workload's part first: exception, user's file:line, the frames outside
+    autotune. Returns False when the lines hold no traceback (they are then printed as they are)."""
+    from autotune._traceback import parse_lines
+
+    parsed = parse_lines(lines) if lines else None
+    if parsed is None:
+        return False
+    console.print(f"[bold]{escape(parsed.exception)}[/]", highlight=False)
+    if parsed.user is not None:
+        console.print(f"  at {escape(parsed.user.where())}", highlight=False)
+        if parsed.user.source:
+            console.print(f"    {parsed.user.source}", markup=False, highlight=False)
+    if debug:
+        console.print("[dim]traceback (as the rank recorded it):[/]")
+        for line in parsed.all_lines:
+            console.print(f"  {line}", markup=False, highlight=False)
+    else:
+        if parsed.user_lines:
+            console.print("[dim]traceback outside autotune:[/]")
+            for line in parsed.user_lines[-10:]:
+                console.print(f"  {line}", markup=False, highlight=False)
+        console.print("[dim](autotune's own frames are hidden; --debug shows them)[/]")
+    return True
 
 
 # ------------------------------------------------------------------------------------------- tuning view
@@ -91,7 +120,7 @@ class RunView(Observer):
         self.max_steps = max_steps
         self.live_enabled = console.is_terminal
         self.live = Live(console=console, refresh_per_second=4, transient=True) if self.live_enabled else None
-        self.target = 0
+        self.target: int | None = 0
         self.done = 0
         self.rows: list[tuple[str, ...]] = []
         self.counts: dict[str, int] = {}
@@ -101,7 +130,7 @@ class RunView(Observer):
         self.progress = ""
 
     # Observer hooks ---------------------------------------------------------------------------------
-    def study_opened(self, study: Any, target: int, done: int) -> None:
+    def study_opened(self, study: Any, target: int | None, done: int) -> None:
         self.target, self.done = target, done
         for t in study.get_trials(deepcopy=False):
             attrs = t.user_attrs
@@ -109,13 +138,14 @@ class RunView(Observer):
                 self._count(attrs["outcome"])
                 self._note_value(attrs.get("role", "search"), attrs.get("outcome"), attrs.get("throughput_samples_s"))
         if done:
-            self.console.print(f"resuming study [bold]{self.study_name}[/]: {done} of {target} trials done")
+            of = f" of {target}" if target is not None else ""
+            self.console.print(f"resuming study [bold]{self.study_name}[/]: {done}{of} trials done")
         if self.live is not None:
             self.live.start()
             self.live.update(self._render())
 
-    def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int) -> None:
-        label = {"baseline": "baseline", "confirm": "confirm"}.get(role, f"trial {self.done + 1} of {self.target}")
+    def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
+        label = {"baseline": "baseline", "confirm": "confirm"}.get(role, f"trial {self._of()}")
         self.current = f"#{number} {label}: {config.short()}"
         self.progress = "starting"
         self._refresh()
@@ -188,13 +218,19 @@ class RunView(Observer):
         if self.live is not None:
             self.live.update(self._render())
 
+    def _of(self) -> str:
+        """``3 of 20``, or ``3`` when the budget has no trial limit."""
+        if self.target is None:
+            return str(self.done + 1)
+        return f"{min(self.done + 1, self.target)} of {self.target}"
+
     def _render(self) -> Table:
         grid = Table.grid(padding=(0, 1))
         best = fmt(self.best, ",.0f", " samples/s")
         if self.best and self.baseline:
             best += f" ({self.best / self.baseline:.2f}x baseline)"
         counts = "  ".join(f"{k}: {v}" for k, v in sorted(self.counts.items()))
-        grid.add_row(f"[bold]{self.study_name}[/]  trial {min(self.done + 1, self.target)} of {self.target}")
+        grid.add_row(f"[bold]{self.study_name}[/]  trial {self._of()}")
         grid.add_row(f"best so far: {best}")
         grid.add_row(f"[dim]{counts or 'no trial finished yet'}[/]")
         if self.current:
@@ -209,14 +245,18 @@ class RunView(Observer):
         return grid
 
 
-def print_summary(console: Console, summary: object) -> None:
+def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     """The final table of `autotune run`: the chosen configuration against the baseline."""
     from autotune.tuner import TuneSummary
 
     assert isinstance(summary, TuneSummary)
     best, base = summary.best, summary.baseline
     if best is None or summary.best_config is None:
-        console.print("[red]no trial completed: nothing to recommend[/] (see `autotune status`)")
+        if summary.counts.get("complete"):
+            console.print("[red]no feasible configuration: every completed trial broke a constraint[/] "
+                          "(see `autotune status`)")
+        else:
+            console.print("[red]no trial completed: nothing to recommend[/] (see `autotune status`)")
         return
     table = Table(title="autotune: chosen configuration", title_justify="left")
     table.add_column("")
@@ -233,15 +273,31 @@ def print_summary(console: Console, summary: object) -> None:
     )
     table.add_row("loss", fmt(base.loss if base else None, ".4g"), fmt(best.loss, ".4g"))
     base_cfg = TrialConfig.model_validate(base.config) if base else None
+    undecided = set(_not_decided(spec))
     for knob, value in summary.best_config.knobs().items():
         before = getattr(base_cfg, knob) if base_cfg else None
         mark = "" if before == value else " *"
+        if knob in undecided:
+            mark = " (not decided by this study)"
         table.add_row(f"  {knob}", "-" if base_cfg is None else str(before), f"{value}{mark}")
-    table.add_row("  lr", fmt(base_cfg.lr if base_cfg else None, ".3g"), f"{summary.best_config.lr:.3g}")
+    lr_mark = " (not decided by this study)" if "lr_scaling" in undecided else ""
+    table.add_row("  lr", fmt(base_cfg.lr if base_cfg else None, ".3g"), f"{summary.best_config.lr:.3g}{lr_mark}")
     console.print(table)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{' (confirmed by re-runs)' if summary.confirmed else ''}[/]")
-    if summary.speedup is not None:
+    if summary.default_is_best:
+        console.print("[bold]the default configuration is the best measured[/]: nothing beat the baseline by more "
+                      "than the measured spread; keep your defaults")
+    elif summary.speedup is not None:
         console.print(f"[bold green]speedup: {summary.speedup:.2f}x[/] the baseline's throughput "
                       f"({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
+
+
+def _not_decided(spec: Any) -> list[str]:
+    """Searched knobs the study's objectives cannot see (autotune.workload_check.knobs_not_decided)."""
+    if spec is None:
+        return []
+    from autotune.workload_check import knobs_not_decided
+
+    return knobs_not_decided(spec)

@@ -44,6 +44,7 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
             "loss": summary.best.loss,
         },
         "speedup_vs_baseline": summary.speedup,
+        "default_is_best": summary.default_is_best,
     }
 
 
@@ -74,5 +75,7 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
     console.print(table)
     if summary.best is not None and summary.best_config is not None:
         speed = f", {summary.speedup:.2f}x baseline" if summary.speedup else ""
+        if summary.default_is_best:
+            speed = ", the default configuration (nothing beat it)"
         console.print(f"best so far: trial #{summary.best_trial} {summary.best.median:,.0f} samples/s{speed} "
                       f"({summary.best_config.short()})")

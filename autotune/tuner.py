@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import socket
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -28,19 +29,21 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import LaunchError
 from autotune.objectives import (
+    Choice,
     DominancePruner,
     Group,
-    choose_best,
+    choose,
     config_key,
     constraint_values,
-    group_measurements,
+    is_reference,
     objective_values,
     pareto_front,
     window_value,
 )
+from autotune.objectives import measured_groups as _measured_groups
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
-from autotune.study import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, feasible, open_study, study_lock
+from autotune.study import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, open_study, study_lock
 from autotune.trial_runner import (
     Launcher,
     Outcome,
@@ -68,10 +71,10 @@ class Interrupted(BaseException):
 class Observer:
     """Hooks for progress displays. Every method is optional; all are called from the tuner's thread."""
 
-    def study_opened(self, study: optuna.Study, target: int, done: int) -> None:
-        """The study is loaded; ``done`` of ``target`` search trials are already finished."""
+    def study_opened(self, study: optuna.Study, target: int | None, done: int) -> None:
+        """The study is loaded; ``done`` of ``target`` search trials are already finished (None: no limit)."""
 
-    def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int) -> None:
+    def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
         """A trial is about to launch (``index`` counts this run's search trials, 1-based)."""
 
     def trial_progress(self, elapsed_s: float, windows: list[Window]) -> None:
@@ -89,7 +92,9 @@ class Observer:
 
 @dataclass
 class TuneSummary:
-    """The state of a study: the chosen configuration, how it was measured, and the trial counts."""
+    """The state of a study: the chosen configuration (:func:`autotune.objectives.choose`), how it was
+    measured, and the trial counts. ``default_is_best``: the baseline (the default configuration) is the
+    choice, because nothing beat it by more than the measured spread."""
 
     study: optuna.Study
     best_config: TrialConfig | None
@@ -100,6 +105,7 @@ class TuneSummary:
     confirmed: bool
     counts: dict[str, int] = field(default_factory=dict)
     pareto_trials: list[int] = field(default_factory=list)
+    default_is_best: bool = False
 
     @property
     def metric(self) -> str:
@@ -144,6 +150,11 @@ class Tuner:
         launcher: how trials start; by default the one the study file names.
         storage_url: overrides the study file's storage.
         observer: progress hooks (the CLI's live view).
+        clock: the time the budget's ``timeout_s`` is measured with.
+        run_trial: how one trial is run, given the same arguments as
+            :func:`autotune.trial_runner.run_trial`; a seam for replaying recorded trials (benchmarks,
+            tests), where a result comes from a landscape instead of a launch. Everything else is the
+            live study's code path.
     """
 
     def __init__(
@@ -154,8 +165,10 @@ class Tuner:
         storage_url: str | None = None,
         observer: Observer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        run_trial: Callable[..., TrialResult] = run_trial,
     ) -> None:
         self.spec = spec
+        self._run_trial = run_trial
         self.space: SearchSpace = spec.space()
         self.launcher = launcher
         self.storage_url = storage_url
@@ -170,23 +183,28 @@ class Tuner:
 
     def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> TuneSummary:
         """Run until the study holds ``n_trials`` finished trials (baseline included; default: the study
-        file's budget) or ``timeout_s`` passed, then confirm. Raises :class:`Interrupted` on Ctrl-C/SIGTERM
-        after recording the stopped trial."""
-        target = n_trials or self.spec.budget.n_trials or 20
+        file's budget, where null is no limit) or ``timeout_s`` passed, then confirm.
+
+        The confirmation runs are inside ``timeout_s``: the search stops early enough to leave them the time
+        they are expected to take (the median trial's wall time each, at most half of ``timeout_s``), and a
+        confirmation run that would end past ``timeout_s`` is not started. With neither limit the search
+        runs until Ctrl-C. Raises :class:`Interrupted` on Ctrl-C/SIGTERM after recording the stopped trial.
+        """
+        target = n_trials or self.spec.budget.n_trials
         timeout_s = timeout_s if timeout_s is not None else self.spec.budget.timeout_s
         study = self.open()
         self.recover(study)
         with study_lock(self.url, study.study_name):  # workers started together queue one baseline
             self.ensure_baseline(study)
         launcher = self.launcher or make_launcher(self.spec)
-        started = self.clock()
+        deadline = None if timeout_s is None else self.clock() + timeout_s
         with _signals_as_interrupts():
             try:
                 done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
                 self.observer.study_opened(study, target, done)
                 index = 0
-                while done < target:
-                    if timeout_s is not None and self.clock() - started > timeout_s:
+                while target is None or done < target:
+                    if deadline is not None and self.clock() + self._confirm_reserve_s(study, timeout_s) > deadline:
                         break
                     try:
                         trial = self.claim(study, target)
@@ -203,7 +221,7 @@ class Tuner:
                 # One worker confirms; the others leave it the study (their summary is not confirmed yet).
                 with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
                     if mine:
-                        self.confirm(study, launcher)
+                        self.confirm(study, launcher, deadline=deadline)
             finally:
                 if self.launcher is None:
                     launcher.close()
@@ -215,7 +233,19 @@ class Tuner:
     def url(self) -> str:
         return self.storage_url or self.spec.storage_url()
 
-    def claim(self, study: optuna.Study, target: int) -> optuna.Trial | None:
+    def _confirm_reserve_s(self, study: optuna.Study, timeout_s: float | None) -> float:
+        """The time the confirmation runs are expected to take: the median finished trial's wall time per
+        run, at most half of ``timeout_s`` (0 before any trial finished)."""
+        confirm = self.spec.confirm
+        if confirm.top_k == 0 or timeout_s is None:
+            return 0.0
+        walls = _wall_times(study)
+        if not walls:
+            return 0.0
+        runs = (confirm.top_k + 1) * confirm.repeats  # the top configurations and the baseline
+        return min(runs * statistics.median(walls), timeout_s / 2)
+
+    def claim(self, study: optuna.Study, target: int | None) -> optuna.Trial | None:
         """The next trial, unless ``target`` is taken by trials that count and trials running anywhere.
 
         Counting and asking happen under the study lock, so workers sharing a study never run more than
@@ -228,7 +258,7 @@ class Tuner:
                 or (t.state == TrialState.RUNNING and t.user_attrs.get("role") != ROLE_CONFIRM)
                 for t in study.get_trials(deepcopy=False)
             )
-            return _ask(study) if taken < target else None
+            return _ask(study) if target is None or taken < target else None
 
     # -- recovery and baseline ------------------------------------------------------------------------
     def recover(self, study: optuna.Study) -> list[int]:
@@ -293,7 +323,7 @@ class Tuner:
 
     # -- one trial ------------------------------------------------------------------------------------
     def run_one(
-        self, study: optuna.Study, launcher: Launcher, *, index: int = 0, target: int = 0,
+        self, study: optuna.Study, launcher: Launcher, *, index: int = 0, target: int | None = None,
         trial: optuna.Trial | None = None,
     ) -> TrialResult:
         trial = trial or _ask(study)
@@ -313,7 +343,7 @@ class Tuner:
             trial.set_user_attr(name, value)
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
-        on_window = self._pruning(study, trial) if role == ROLE_SEARCH else None
+        on_window = self._pruning(study, trial, prune=role == ROLE_SEARCH)
         beat = _Heartbeat(study, trial, self.clock)
 
         def on_tick(elapsed: float, windows: list[Window]) -> None:
@@ -323,7 +353,7 @@ class Tuner:
         try:
             # Heartbeats from a thread too: a launch may wait (for a core lease) longer than the grace period.
             with get_heartbeat_thread(trial._trial_id, study._storage):
-                result = run_trial(
+                result = self._run_trial(
                     plan_for(self.spec, config),
                     trial_dir,
                     launcher,
@@ -372,18 +402,22 @@ class Tuner:
             elif isinstance(dist, optuna.distributions.CategoricalDistribution):
                 trial.suggest_categorical(name, list(dist.choices))
 
-    def _pruning(self, study: optuna.Study, trial: optuna.Trial) -> Callable[[Window], bool] | None:
+    def _pruning(self, study: optuna.Study, trial: optuna.Trial, *, prune: bool) -> Callable[[Window], bool] | None:
+        """The monitor's window callback. Every trial of a single-objective study reports its windows (the
+        baseline's are the first comparison of the ``best`` pruner); only search trials (``prune``) are ever
+        pruned."""
         objectives = self.spec.objectives
-        if self.spec.pruner.name == "none":
-            return None
         if len(objectives) == 1:
             objective = objectives[0]
+            prune = prune and self.spec.pruner.name != "none"
 
             def single(window: Window) -> bool:
-                trial.report(window_value(window, objective), window.step)
-                return bool(trial.should_prune())
+                trial.report(window_value(window, objective), self._report_step(window))
+                return prune and bool(trial.should_prune())
 
             return single
+        if self.spec.pruner.name == "none" or not prune:
+            return None
         startup = self.spec.pruner.n_startup_trials
         rule = DominancePruner(
             [o.direction or "maximize" for o in objectives], n_startup_trials=3 if startup is None else startup
@@ -391,7 +425,7 @@ class Tuner:
         finished = [
             [(int(w[0]), values) for w in t.user_attrs.get("windows", []) if (values := _window_values(w, self.spec))]
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if feasible(t) and t.user_attrs.get("outcome") == Outcome.COMPLETE.value
+            if is_reference(t)
         ]
 
         def multi(window: Window) -> bool:
@@ -399,6 +433,11 @@ class Tuner:
             return rule.should_prune(window.step, values, finished)
 
         return multi
+
+    def _report_step(self, window: Window) -> int:
+        """The step a window's value is reported at: its optimizer step, or with ``trial.samples`` set the
+        samples seen, so trials of different global batches compare at equal samples."""
+        return window.samples if self.spec.trial.samples is not None else window.step
 
     # -- telling ----------------------------------------------------------------------------------------
     def tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
@@ -479,9 +518,10 @@ class Tuner:
             self._retry(study, study.get_trials(deepcopy=False)[trial.number])
 
     # -- confirmation -----------------------------------------------------------------------------------
-    def confirm(self, study: optuna.Study, launcher: Launcher) -> None:
+    def confirm(self, study: optuna.Study, launcher: Launcher, *, deadline: float | None = None) -> None:
         """Re-measure the top configurations and the baseline, interleaved, until each has ``repeats``
-        confirmation runs; the summary then picks the best by the median of all its measurements."""
+        confirmation runs; the summary then picks the best by the median of all its measurements. A run
+        expected to end past ``deadline`` (this tuner's clock) is not started."""
         spec = self.spec.confirm
         if spec.top_k == 0:
             return
@@ -498,10 +538,14 @@ class Tuner:
             study.set_user_attr("autotune_confirmation", _confirmation_record(study, self.spec))
             return
         self.observer.confirming(runs)
+        walls = _wall_times(study)
+        expected = statistics.median(walls) if walls else 0.0
         for repeat in range(spec.repeats):
             for group in candidates:
                 if done[group.config_key] > repeat:
                     continue
+                if deadline is not None and self.clock() + expected > deadline:
+                    break
                 config = TrialConfig.model_validate(group.config)
                 study.enqueue_trial(
                     self._admissible_params(config),
@@ -571,25 +615,16 @@ def _window_values(window: Sequence[Any], spec: StudySpec) -> list[float] | None
 
 def measured_groups(study: optuna.Study, spec: StudySpec) -> list[Group]:
     """Feasible complete measurements grouped by configuration (search, baseline and confirm trials)."""
-    key = spec.objectives[0].key
-    records = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if not feasible(t) or t.user_attrs.get("outcome") != Outcome.COMPLETE.value:
-            continue
-        value = t.user_attrs.get(key)
-        if value is None or "config" not in t.user_attrs:
-            continue
-        records.append(
-            (
-                t.number,
-                str(t.user_attrs.get("config_key") or config_key(t.user_attrs["config"])),
-                dict(t.user_attrs["config"]),
-                float(value),
-                t.user_attrs.get("peak_memory_mb"),
-                t.user_attrs.get("loss"),
-            )
-        )
-    return group_measurements(records)
+    return _measured_groups(study, spec.objectives[0].key)
+
+
+def _wall_times(study: optuna.Study) -> list[float]:
+    """Wall times of the finished baseline and search trials that ran (the cost of a trial here)."""
+    return [
+        float(t.user_attrs["wall_s"])
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+        if t.user_attrs.get("role") != ROLE_CONFIRM and t.user_attrs.get("wall_s")
+    ]
 
 
 def top_groups(groups: list[Group], spec: StudySpec, k: int) -> list[Group]:
@@ -638,35 +673,28 @@ def _confirm_count(study: optuna.Study, key: str) -> int:
     )
 
 
+def chosen(study: optuna.Study, spec: StudySpec) -> Choice:
+    """The study's choice (:func:`autotune.objectives.choose`) by the study file's first objective."""
+    first = spec.objectives[0]
+    return choose(study, first.key, first.direction or "maximize")
+
+
 def _confirmation_record(study: optuna.Study, spec: StudySpec) -> dict[str, Any]:
-    groups = measured_groups(study, spec)
-    confirmed = {
-        t.user_attrs.get("config_key")
-        for t in study.get_trials(deepcopy=False)
-        if t.user_attrs.get("role") == ROLE_CONFIRM
-    }
-    candidates = [g for g in groups if g.config_key in confirmed] or groups
-    baseline = _baseline_group(study, groups)
-    pool = [g for g in candidates if baseline is None or g.config_key != baseline.config_key] or candidates
-    best = choose_best(pool, spec.objectives[0].direction or "maximize")
+    choice = chosen(study, spec)
+    best = choice.best
     return {
-        "best_trial": best.trials[0],
-        "best_config_key": best.config_key,
-        "groups": [g.to_json() for g in candidates],
-        "baseline": baseline.to_json() if baseline else None,
-        "speedup": _speedup(best, baseline, spec),
+        "best_trial": best.trials[0] if best else None,
+        "best_config_key": best.config_key if best else None,
+        "groups": [g.to_json() for g in choice.candidates],
+        "baseline": choice.baseline.to_json() if choice.baseline else None,
+        "speedup": choice.speedup,
+        "default_is_best": choice.default_is_best,
         "metric": spec.objectives[0].key,
     }
 
 
-def _speedup(best: Group, baseline: Group | None, spec: StudySpec) -> float | None:
-    if baseline is None or spec.objectives[0].key != "throughput_samples_s" or baseline.median <= 0:
-        return None
-    return best.median / baseline.median
-
-
 def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
-    """What the study has found so far: the confirmed choice if there is one, else the best median."""
+    """What the study has found so far: its one choice (confirmed once confirmation runs measured it)."""
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in trials:
@@ -675,17 +703,8 @@ def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
             counts[outcome] = counts.get(outcome, 0) + 1
         else:
             counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
-    groups = measured_groups(study, spec)
-    baseline = _baseline_group(study, groups)
-    record = study.user_attrs.get("autotune_confirmation")
-    best: Group | None = None
-    confirmed = False
-    if isinstance(record, dict):
-        best = next((g for g in groups if g.config_key == record.get("best_config_key")), None)
-        confirmed = best is not None
-    if best is None and groups:
-        pool = [g for g in groups if baseline is None or g.config_key != baseline.config_key] or groups
-        best = choose_best(pool, spec.objectives[0].direction or "maximize")
+    choice = chosen(study, spec)
+    best = choice.best
     pareto: list[int] = []
     if len(spec.objectives) > 1:
         with contextlib.suppress(Exception):
@@ -695,9 +714,10 @@ def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
         best_config=TrialConfig.model_validate(best.config) if best else None,
         best_trial=best.trials[0] if best else None,
         best=best,
-        baseline=baseline,
-        speedup=_speedup(best, baseline, spec) if best else None,
-        confirmed=confirmed,
+        baseline=choice.baseline,
+        speedup=choice.speedup,
+        confirmed=choice.confirmed,
         counts=counts,
         pareto_trials=pareto,
+        default_is_best=choice.default_is_best,
     )

@@ -1,10 +1,12 @@
 """Objectives: what a trial's measurements are worth.
 
 Objective and intermediate values, constraints, autotune's multi-objective pruning rule
-(:class:`DominancePruner`), Pareto fronts, confirmation statistics and configuration keys. Pure Python
-over plain data (no torch; Optuna only for the single-objective pruner).
+(:class:`DominancePruner`), Pareto fronts, confirmation statistics, configuration keys, and the one
+choice of a study (:func:`choose`). No torch; Optuna for the single-objective pruner and for reading a
+study's trials.
 """
 
+from autotune.objectives._choice import Choice, choose, is_reference, measured_groups
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
 from autotune.objectives._dominance import dominates, pareto_front
@@ -21,17 +23,21 @@ from autotune.objectives._pruning import DominancePruner, History, PruningDecisi
 
 __all__ = [
     "CONSTRAINT_NAMES",
+    "Choice",
     "DominancePruner",
     "Group",
     "History",
     "Measurement",
     "NoiseAwarePruner",
     "PruningDecision",
+    "choose",
     "choose_best",
     "config_key",
     "constraint_values",
     "dominates",
     "group_measurements",
+    "is_reference",
+    "measured_groups",
     "metric_value",
     "objective_values",
     "pareto_front",

@@ -9,6 +9,8 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.objectives._choice import is_reference
+
 
 class NoiseAwarePruner(BasePruner):
     """Prune a trial whose running value is worse than a percentile of the finished trials by a margin.
@@ -19,7 +21,9 @@ class NoiseAwarePruner(BasePruner):
     compares the trial's value at a step with the ``percentile``-th best value of the complete trials at
     that step (their latest value at or before it) and prunes only when the trial is worse by more than
     ``margin`` (relative). It never prunes before ``n_warmup_steps`` (strictly after) nor before
-    ``n_startup_trials`` complete trials can be compared.
+    ``n_startup_trials`` complete trials can be compared. Only feasible trials that ran to their end are
+    compared with (:func:`~autotune.objectives.is_reference`): an oom or diverged trial, told COMPLETE
+    with its partial values, never sets the bar.
 
     ``percentile=0`` compares with the best complete trial: a trial is stopped as soon as it is clearly
     worse than the configuration it would have to beat to be chosen.
@@ -51,6 +55,8 @@ class NoiseAwarePruner(BasePruner):
             return True
         others = []
         for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if not is_reference(done):
+                continue
             earlier = [s for s in done.intermediate_values if s <= step]
             if earlier:
                 other = done.intermediate_values[max(earlier)]

@@ -24,6 +24,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._knobs import KNOBS
+from autotune.objectives import choose
 from autotune.report._records import (
     TrialRecord,
     metric_names,
@@ -202,15 +203,28 @@ def best_record(study: optuna.Study, records: Sequence[TrialRecord] | None = Non
 
 
 def headline_data(study: optuna.Study) -> Headline:
-    """Best against baseline: from ``autotune_confirmation`` when present, else from single trials.
+    """Best against baseline.
 
-    Without confirmation, best is :func:`best_record` and baseline is the median of the COMPLETE
-    ``role: baseline`` trials (any baseline trial when none completed).
+    An autotune study (it has the ``autotune`` attribute) shows the study's one choice,
+    :func:`autotune.objectives.choose`, as the CLI summary, ``autotune best`` and ``calibrate()`` do. Any
+    other study: from ``autotune_confirmation`` when present, else best is :func:`best_record` and
+    baseline the median of the COMPLETE ``role: baseline`` trials (any baseline trial when none completed).
     """
     records = trial_records(study)
     outcomes = Counter(r.outcome for r in records)
     ordered = dict(sorted(outcomes.items(), key=lambda kv: (_outcome_rank(kv[0]), kv[0])))
     n_feasible = sum(1 for r in records if r.feasible)
+    if isinstance(study.user_attrs.get("autotune"), Mapping):
+        choice = choose(study)
+        metric = metric_names(study)[0]
+        throughput_of = {r.number: r.throughput_samples_s for r in records if r.throughput_samples_s is not None}
+        best_side = _group(choice.best.to_json(), metric, throughput_of) if choice.best else None
+        baseline_side = _group(choice.baseline.to_json(), metric, throughput_of) if choice.baseline else None
+        speedup = choice.speedup
+        if speedup is None and best_side is not None and baseline_side is not None:
+            speedup = _ratio(best_side.throughput_samples_s, baseline_side.throughput_samples_s)
+        return Headline(study.study_name, "confirmation" if choice.confirmed else "trials", best_side, baseline_side,
+                        speedup, len(records), ordered, n_feasible, None)
     note = None
     raw = study.user_attrs.get("autotune_confirmation")
     if raw is not None:
