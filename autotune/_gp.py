@@ -17,32 +17,65 @@ _CONSTRAINTS_PREFIX = "constraints:"  # how optuna.Trial.set_constraint stores a
 
 
 class PartialGPSampler(GPSampler):
-    """Optuna's GPSampler for a single objective, fitted on pruned trials as well, and never proposing a
-    configuration the study has already measured.
+    """Optuna's GPSampler for a single objective, fitted on pruned and failed trials as well, and never
+    proposing a configuration the study has already measured or seen fail for a reason that will recur.
 
     GPSampler models complete trials only. With a pruner that stops most trials early, it would keep
     proposing the regions it was just shown to be poor, and see them pruned again. A pruned trial's
     last reported value is a measurement (for throughput an unbiased one, just shorter; for a loss at
     an earlier step a pessimistic one), and autotune scores pruned trials on it: the model sees it too.
 
+    A trial that failed for a reason that recurs (crashed, timeout, hang: Optuna state FAIL) is fitted as
+    infeasible (every constraint +1) at its last reported value, or at the worst value measured when it
+    reported none; without that the model never sees it and proposes it again and again.
+
     A noisy model's expected improvement is often highest at the incumbent itself, so GP search repeats
     its best configuration; re-measuring the best is the confirmation runs' job. When the model's choice
-    has been measured (or is running), this trial samples at random instead: one more point explored.
+    has been measured, is running or failed for good (and during the start-up trials), this trial draws
+    random points until one is new: one more point explored.
     """
+
+    def __init__(self, *, seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(seed=seed, **kwargs)
+        self._explore = optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
-        if params and _measured(study, trial, params):
-            return {}
-        return params
+        if (params and not _measured(study, trial, params)) or not search_space:
+            return params
+        return self._unmeasured(study, trial, search_space)
+
+    def _unmeasured(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution], tries: int = 200
+    ) -> dict[str, Any]:
+        """A random point no other trial has measured, runs or failed at for good ({} when none is found:
+        the parameters are then sampled independently)."""
+        for _ in range(tries):
+            params = {
+                name: self._explore.sample_independent(study, trial, name, dist) for name, dist in search_space.items()
+            }
+            if not _measured(study, trial, params):
+                return params
+        return {}
+
+
+#: Outcomes of FAIL trials that say something about the configuration: it fails again if re-run.
+RECURRING_FAILURES = ("crashed", "timeout", "hang")
+
+
+def _fails_again(trial: FrozenTrial) -> bool:
+    return trial.state == TrialState.FAIL and trial.user_attrs.get("outcome") in RECURRING_FAILURES
 
 
 def _measured(study: optuna.Study, trial: FrozenTrial, params: dict[str, Any]) -> bool:
-    """Whether another trial (finished or running) already has these values of these parameters."""
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    """Whether another trial (finished, running, or failed for a reason that recurs) already has these
+    values of these parameters."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.FAIL)
     for other in study._get_trials(deepcopy=False, states=states, use_cache=False):
+        if other.state == TrialState.FAIL and not _fails_again(other):
+            continue
         if other.number != trial.number and all(
             name in other.params and other.params[name] == value for name, value in params.items()
         ):
@@ -51,7 +84,8 @@ def _measured(study: optuna.Study, trial: FrozenTrial, params: dict[str, Any]) -
 
 
 class _WithPartial:
-    """A study as the GP sees it: its pruned trials (with a finite last value) listed as complete."""
+    """A study as the GP sees it: its pruned trials (with a finite last value) listed as complete, and its
+    trials that failed for a reason that recurs listed as complete and infeasible."""
 
     def __init__(self, study: optuna.Study) -> None:
         self._study = study
@@ -68,14 +102,56 @@ class _WithPartial:
         # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over
         # the memory budget ends as oom, not pruned.
         names = {name for t in trials if t.state == TrialState.COMPLETE for name in _constraints(t)}
+        worst = _worst(self._study, trials)
         out: list[FrozenTrial] = []
         for t in trials:
-            partial = _as_complete(t, names) if t.state == TrialState.PRUNED else None
+            partial = None
+            if t.state == TrialState.PRUNED:
+                partial = _as_complete(t, names)
+            elif _fails_again(t):
+                partial = _as_failed(t, names, worst)
             if partial is not None and (wanted is None or TrialState.COMPLETE in wanted):
                 out.append(partial)
             elif partial is None and (wanted is None or t.state in wanted):
-                out.append(t)
+                out.append(_ordered(t, names) if t.state == TrialState.COMPLETE else t)
         return out
+
+
+def _worst(study: optuna.Study, trials: list[FrozenTrial]) -> float | None:
+    """The worst objective value measured (complete trials), the value of a failure that measured nothing."""
+    values = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values and math.isfinite(t.values[0])]
+    if not values:
+        return None
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    return min(values) if maximize else max(values)
+
+
+def _as_failed(trial: FrozenTrial, constraint_names: set[str], worst: float | None) -> FrozenTrial | None:
+    """A failed trial as an infeasible complete one: its last reported value, else the worst measured.
+    Without constraints to mark it infeasible, it gets the worst value."""
+    step = trial.last_step
+    value = trial.intermediate_values[step] if step is not None else None
+    if value is None or not math.isfinite(value) or not constraint_names:
+        value = worst
+    if value is None:
+        return None
+    failed = _ordered(trial, constraint_names, force=1.0)
+    failed.state = TrialState.COMPLETE
+    failed.values = [value]
+    return failed
+
+
+def _ordered(trial: FrozenTrial, names: set[str], *, force: float | None = None) -> FrozenTrial:
+    """``trial`` with the constraints ``names`` in one order (GPSampler reads them as columns): its own
+    values, 0 (feasible) for one it lacks, or ``force`` for every one."""
+    own = {k: v for k, v in trial.system_attrs.items() if k.startswith(_CONSTRAINTS_PREFIX)}
+    if force is None and list(own) == sorted(names):
+        return trial
+    copied = copy.copy(trial)
+    copied.system_attrs = {k: v for k, v in trial.system_attrs.items() if not k.startswith(_CONSTRAINTS_PREFIX)}
+    for name in sorted(names):
+        copied.system_attrs[name] = force if force is not None else own.get(name, 0.0)
+    return copied
 
 
 def _constraints(trial: FrozenTrial) -> list[str]:
@@ -89,10 +165,7 @@ def _as_complete(trial: FrozenTrial, constraint_names: set[str]) -> FrozenTrial 
     value = trial.intermediate_values[step]
     if not math.isfinite(value):
         return None
-    partial = copy.copy(trial)
-    partial.system_attrs = dict(trial.system_attrs)
-    for name in constraint_names:
-        partial.system_attrs.setdefault(name, 0.0)
+    partial = copy.copy(_ordered(trial, constraint_names))  # never change the storage's cached trial
     partial.state = TrialState.COMPLETE
     partial.values = [value]
     return partial

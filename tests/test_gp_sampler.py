@@ -90,8 +90,65 @@ def test_a_measured_configuration_is_not_proposed_again(monkeypatch: pytest.Monk
     monkeypatch.setattr(GPSampler, "sample_relative", lambda self, study, trial, space: next(proposals))
     trial = study.ask()
     frozen = study._storage.get_trial(trial._trial_id)
-    assert sampler.sample_relative(study, frozen, space) == {}  # 7 was measured: sample at random instead
+    instead = sampler.sample_relative(study, frozen, space)  # 7 was measured: a random point not measured yet
+    assert set(instead) == {"x"} and instead["x"] not in (3, 7)
     assert sampler.sample_relative(study, frozen, space) == {"x": 8}
+
+
+def _fail(study: optuna.Study, x: int, outcome: str, reported: float | None = None) -> None:
+    study.enqueue_trial({"x": x})
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 5)})
+    if reported is not None:
+        trial.report(reported, 10)
+    trial.set_user_attr("outcome", outcome)
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def _complete(study: optuna.Study, x: int, value: float, memory: float = -1.0) -> None:
+    study.enqueue_trial({"x": x})
+    trial = study.ask({"x": optuna.distributions.IntDistribution(0, 5)})
+    trial.set_user_attr("outcome", "complete")
+    trial.set_constraint("memory", memory)
+    trial.set_constraint("diverged", 0.0)
+    study.tell(trial, value)
+
+
+def test_trials_that_fail_for_good_are_fitted_as_infeasible_and_interrupted_ones_are_not() -> None:
+    study = optuna.create_study(direction="maximize")
+    _complete(study, 0, 100.0)
+    _complete(study, 1, 300.0)
+    _fail(study, 2, "timeout", reported=250.0)  # measured 250 before it ran out of time
+    _fail(study, 3, "crashed")  # measured nothing
+    _fail(study, 4, "interrupted")  # Ctrl-C: says nothing about x=4 (it is retried)
+    seen = {t.number: t for t in _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    assert set(seen) == {0, 1, 2, 3}
+    assert seen[2].values == [250.0] and seen[3].values == [100.0]  # its partial value; else the worst measured
+    for number in (2, 3):
+        assert seen[number].constraints == {"diverged": 1.0, "memory": 1.0}
+    assert seen[0].constraints == {"diverged": 0.0, "memory": -1.0}
+    assert study.trials[2].state == TrialState.FAIL  # the study itself is untouched
+
+
+def test_a_configuration_that_always_fails_is_never_proposed_again() -> None:
+    # x in 0..5; x = 4 and 5 time out every time. Before the fix GPSampler never saw FAIL trials and the
+    # duplicate guard ignored them, so the failures were proposed again and again.
+    sampler = PartialGPSampler(seed=0, n_startup_trials=2)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    space = {"x": optuna.distributions.IntDistribution(0, 5)}
+    proposed: list[int] = []
+    for _ in range(6):
+        trial = study.ask(space)
+        x = int(trial.params["x"])
+        proposed.append(x)
+        if x >= 4:
+            trial.set_user_attr("outcome", "timeout")
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            trial.set_user_attr("outcome", "complete")
+            trial.set_constraint("memory", -1.0)
+            trial.set_constraint("diverged", 0.0)
+            study.tell(trial, 100.0 + 50.0 * x)
+    assert len(set(proposed)) == len(proposed), proposed  # six trials, six configurations: nothing repeated
 
 
 def test_gp_search_finds_the_peak_of_a_discrete_landscape_with_pruning() -> None:
