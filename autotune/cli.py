@@ -24,18 +24,28 @@ err_console = Console(stderr=True)
 
 
 def _handle_errors(func: F) -> F:
-    """Turn AutotuneError into one line on stderr and the right exit status."""
+    """Turn AutotuneError into one line on stderr and the right exit status; any other exception into one
+    line too (exit 1), with its traceback written to a file. ``--debug`` raises instead."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
+        debug = ctx.find_root().params.get("debug")
         try:
             return func(*args, **kwargs)
         except AutotuneError as e:
-            if ctx.find_root().params.get("debug"):
+            if debug:
                 raise
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except Exception as e:
+            if debug:
+                raise
+            from autotune.errors import describe_internal_error
+
+            line = describe_internal_error(e, f"autotune {ctx.info_name}")
+            click.echo(f"error: {line}", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 

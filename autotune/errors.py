@@ -6,6 +6,11 @@ The CLI catches the base class, prints the message as one line and exits 2 for b
 
 from __future__ import annotations
 
+import datetime
+import os
+import tempfile
+import traceback
+
 
 class AutotuneError(Exception):
     """Base class of every error autotune raises deliberately."""
@@ -29,3 +34,30 @@ class WorkloadError(UsageError):
 
 class LaunchError(AutotuneError):
     """A trial could not be started (torchrun missing, trial folder unwritable, SLURM refusing the job)."""
+
+
+def describe_internal_error(error: BaseException, what: str) -> str:
+    """One line for an exception autotune did not raise on purpose: what failed, in words, and the path of a
+    file holding the full traceback (written to the temporary folder; ``--debug`` shows it instead)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = "".join(traceback.format_exception(error))
+    where: str | None
+    try:
+        fd, where = tempfile.mkstemp(prefix=f"autotune-traceback-{stamp}-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f"{what}\n\n{text}")
+    except OSError:
+        where = None
+    message = " ".join(str(error).split()) or "(no message)"
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        cause = (f"the Python module {error.name!r} is not installed ({message}); install the package that "
+                 f"provides it (pip install {error.name.split('.')[0]}) or reinstall autotune")
+    elif isinstance(error, OSError) and error.filename is not None:
+        cause = f"{error.strerror or message}: {error.filename}"
+    else:
+        cause = f"{type(error).__name__}: {message}"
+    if len(cause) > 300:
+        cause = cause[:297] + "..."
+    tail = f"the traceback is in {where}" if where else "the traceback could not be written to a file"
+    return f"{what} failed: {cause} ({tail}; --debug shows it)"
+
