@@ -73,6 +73,28 @@ class Calibration:
     def world_size(self) -> int:
         return self.config.world_size
 
+    # -- hyperparameters (the study file's hyperparameters: section) -------------------------------------
+    @property
+    def hyperparameters(self) -> dict[str, Any]:
+        """The chosen value of every hyperparameter, by its study-file name (``dropout``, ``base_lr``,
+        ``optimizer.weight_decay``); empty when the study has none."""
+        return dict(self.config.hyperparameters)
+
+    def build_kwargs(self) -> dict[str, Any]:
+        """The hyperparameters that are keyword arguments of the workload's ``build()`` (``base_lr`` too
+        when chosen: pass it where your build() takes it; :attr:`lr` is already scaled from it)."""
+        from autotune.spec import split_hyperparameters
+
+        build, base_lr, _ = split_hyperparameters(self.config.hyperparameters)
+        return {**build, **({"base_lr": base_lr} if base_lr is not None else {})}
+
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the optimizer factory (``optimizer.weight_decay`` -> ``weight_decay``), to
+        pass beside ``lr=calibration.lr``."""
+        from autotune.spec import split_hyperparameters
+
+        return split_hyperparameters(self.config.hyperparameters)[2]
+
     # -- helpers ----------------------------------------------------------------------------------------
     def dataloader_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.utils.data.DataLoader`` (add your dataset and sampler)."""

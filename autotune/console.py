@@ -280,6 +280,10 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
         if knob in undecided:
             mark = " (not decided by this study)"
         table.add_row(f"  {knob}", "-" if base_cfg is None else str(before), f"{value}{mark}")
+    for name, value in summary.best_config.hyperparameters.items():  # the hyperparameters: section
+        before = base_cfg.hyperparameters.get(name) if base_cfg else None
+        table.add_row(f"  hp.{name}", "-" if base_cfg is None else _hp_value(before),
+                      _hp_value(value) + ("" if before == value else " *"))
     lr_mark = " (not decided by this study)" if "lr_scaling" in undecided else ""
     table.add_row("  lr", fmt(base_cfg.lr if base_cfg else None, ".3g"), f"{summary.best_config.lr:.3g}{lr_mark}")
     console.print(table)
@@ -292,6 +296,10 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     elif summary.speedup is not None:
         console.print(f"[bold green]speedup: {summary.speedup:.2f}x[/] the baseline's throughput "
                       f"({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
+
+
+def _hp_value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _not_decided(spec: Any) -> list[str]:

@@ -35,6 +35,7 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         "trial": summary.best_trial,
         "confirmed": summary.confirmed,
         "config": config.knobs(),
+        "hyperparameters": config.model_dump(mode="json")["hyperparameters"],
         "derived": {"global_batch": config.global_batch, "lr": config.lr, "device": config.device},
         "metrics": {
             summary.metric + "_median": summary.best.median,

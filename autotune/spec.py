@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -33,6 +34,8 @@ __all__ = [
     "ConfirmSpec",
     "ConstraintsSpec",
     "Fixed",
+    "FloatRange",
+    "HyperparameterSpec",
     "IntRange",
     "KnobSpec",
     "LauncherSpec",
@@ -93,8 +96,10 @@ KnobSpec = Fixed | Choices | IntRange
 
 
 def _knob_schema(knob: KnobDef) -> dict[str, Any]:
-    if knob.type is int:
-        scalar: dict[str, Any] = {"type": "integer", "minimum": knob.minimum}
+    if knob.type is int and knob.words:
+        scalar: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": knob.minimum}, {"enum": list(knob.words)}]}
+    elif knob.type is int:
+        scalar = {"type": "integer", "minimum": knob.minimum}
     elif knob.type is bool:
         scalar = {"type": "boolean"}
     else:
@@ -172,6 +177,10 @@ def parse_knob(knob: KnobDef, raw: Any) -> KnobSpec:
             except ValueError as e:
                 raise ValueError(f"{key}: {e}") from None
         low, high = raw["low"], raw["high"]
+        for key, bound in (("low", low), ("high", high)):
+            if isinstance(bound, str):
+                raise ValueError(f"{key}: a range takes integers, not {bound!r}; write {bound} as a plain value "
+                                 f"or inside {{choices: [...]}}")
         log = raw.get("log", False)
         step = raw.get("step", 1)
         if not isinstance(log, bool):
@@ -212,6 +221,11 @@ class SearchSpaceSpec(BaseModel):
     activation_checkpointing: _knob_field("activation_checkpointing") = None  # type: ignore[valid-type]
     bucket_cap_mb: _knob_field("bucket_cap_mb") = None  # type: ignore[valid-type]
     world_size: _knob_field("world_size") = None  # type: ignore[valid-type]
+    threads_per_rank: _knob_field("threads_per_rank") = None  # type: ignore[valid-type]
+    compile: _knob_field("compile") = None  # type: ignore[valid-type]
+    sharding: _knob_field("sharding") = None  # type: ignore[valid-type]
+    gradient_as_bucket_view: _knob_field("gradient_as_bucket_view") = None  # type: ignore[valid-type]
+    static_graph: _knob_field("static_graph") = None  # type: ignore[valid-type]
 
     @field_validator("*", mode="before")
     @classmethod
@@ -232,6 +246,208 @@ class SearchSpaceSpec(BaseModel):
         if isinstance(spec, Choices):
             return spec.choices
         return None
+
+
+# --------------------------------------------------------------------------------------------- hyperparameters
+class FloatRange(BaseModel):
+    """A float range of a hyperparameter (``{low: 1e-5, high: 1e-2, log: true}``); ``step`` only without ``log``."""
+
+    model_config = _STRICT
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+
+
+HyperparameterSpec = Fixed | Choices | IntRange | FloatRange
+
+#: ``hyperparameters:`` names that are not build() arguments: the learning rate lr_scaling scales, and
+#: keyword arguments of the workload's optimizer factory (``optimizer.weight_decay``).
+BASE_LR = "base_lr"
+OPTIMIZER_PREFIX = "optimizer."
+_HP_NAME_RE = re.compile(r"(optimizer\.)?[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_hyperparameter(raw: Any) -> HyperparameterSpec:
+    """Parse one ``hyperparameters:`` entry: a plain value (fixed), ``{value: ...}`` (a fixed list or
+    mapping), ``{choices: [...]}``, or ``{low, high[, log, step]}`` (integer when both ends are integers)."""
+    if isinstance(raw, HyperparameterSpec.__args__):
+        return raw
+    if isinstance(raw, list):
+        raise ValueError(f"a bare list is ambiguous; write {{choices: {raw}}} to search or {{value: {raw}}} to fix it")
+    if raw is None:
+        raise ValueError("no value given; give a value, {choices: [...]}, {low: L, high: H} or remove the key")
+    if not isinstance(raw, Mapping):
+        return Fixed(value=raw)
+    keys = set(raw)
+    if "value" in keys:
+        if keys != {"value"}:
+            raise ValueError("'value' fixes a hyperparameter; give it alone, without choices or low/high")
+        return Fixed(value=raw["value"])
+    if "choices" in keys:
+        if keys != {"choices"}:
+            raise ValueError(f"unexpected key {sorted(keys - {'choices'})[0]!r} beside 'choices'; give either "
+                             "choices or low/high")
+        choices = raw["choices"]
+        if not isinstance(choices, list):
+            raise ValueError("choices must be a list, e.g. {choices: [a, b]}")
+        if not choices:
+            raise ValueError("choices is empty; list at least one value")
+        if len({repr(c) for c in choices}) != len(choices):
+            raise ValueError("choices lists a value twice; list each value once")
+        return Choices(choices=tuple(choices))
+    allowed = {"low", "high", "log", "step"}
+    unknown = sorted(keys - allowed)
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], sorted(allowed | {"choices", "value"}), n=1)
+        fix = (f"did you mean {hint[0]!r}?" if hint
+               else "give {low, high[, log, step]}, {choices: [...]} or {value: ...} (a fixed mapping)")
+        raise ValueError(f"unknown key {unknown[0]!r}; {fix}")
+    for key in ("low", "high"):
+        if key not in raw:
+            raise ValueError(f"a range needs '{key}'; write {{low: L, high: H}} or {{choices: [...]}}")
+        if not _is_number(raw[key]):
+            raise ValueError(f"{key}: {raw[key]!r} is not a number; give a number")
+    low, high = raw["low"], raw["high"]
+    log, step = raw.get("log", False), raw.get("step")
+    if not isinstance(log, bool):
+        raise ValueError(f"log: {log!r} is not true or false; give true or false")
+    if step is not None and (not _is_number(step) or step <= 0):
+        raise ValueError(f"step: {step!r} is not a positive number")
+    if low > high:
+        raise ValueError(f"low ({low}) is greater than high ({high}); make low <= high")
+    if log and step is not None:
+        raise ValueError("step cannot be combined with log: true; drop one of them")
+    if isinstance(low, int) and isinstance(high, int) and (step is None or isinstance(step, int)):
+        if log and low < 1:
+            raise ValueError(f"an integer log range needs low >= 1 (got {low}); raise low or drop log")
+        step = step or 1
+        if (high - low) % step:
+            raise ValueError(f"high ({high}) - low ({low}) is not a multiple of step ({step}); adjust high")
+        return IntRange(low=low, high=high, log=log, step=step)
+    if log and low <= 0:
+        raise ValueError(f"a log range needs low > 0 (got {low}); raise low or drop log")
+    return FloatRange(low=float(low), high=float(high), log=log, step=None if step is None else float(step))
+
+
+def _hyperparameter_schema() -> dict[str, Any]:
+    number = {"type": "number"}
+    return {
+        "description": "a fixed value, {value: ...}, {choices: [...]} or {low, high[, log, step]}",
+        "anyOf": [
+            {"type": ["string", "number", "boolean"]},
+            {"type": "object", "properties": {"value": {}}, "required": ["value"], "additionalProperties": False},
+            {"type": "object", "properties": {"choices": {"type": "array", "minItems": 1}},
+             "required": ["choices"], "additionalProperties": False},
+            {"type": "object", "properties": {"low": number, "high": number, "log": {"type": "boolean"},
+                                              "step": number},
+             "required": ["low", "high"], "additionalProperties": False},
+        ],
+    }
+
+
+HyperparameterField = Annotated[
+    HyperparameterSpec, BeforeValidator(parse_hyperparameter), WithJsonSchema(_hyperparameter_schema())
+]
+
+
+def split_hyperparameters(values: Mapping[str, Any]) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
+    """``(build() keyword arguments, base_lr or None, optimizer keyword arguments)`` of hyperparameter values."""
+    build = {k: v for k, v in values.items() if k != BASE_LR and not k.startswith(OPTIMIZER_PREFIX)}
+    optimizer = {k.removeprefix(OPTIMIZER_PREFIX): v for k, v in values.items() if k.startswith(OPTIMIZER_PREFIX)}
+    base_lr = values.get(BASE_LR)
+    return build, (None if base_lr is None else float(base_lr)), optimizer
+
+
+# --------------------------------------------------------------------------------------------- env
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: Variables autotune sets in every rank itself (the rendezvous, the thread count, the leased GPUs, the
+#: trial's Python path); an ``env:`` entry naming one is refused with what to use instead.
+RESERVED_ENV: dict[str, str] = {
+    **{name: "the launcher sets it in every rank" for name in (
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+        "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT")},
+    **{name: "from the threads_per_rank knob; set search_space.threads_per_rank instead"
+       for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+    "CUDA_VISIBLE_DEVICES": "to the GPUs a trial leases",
+    "PYTHONPATH": "to the study's folder",
+    "PYTHONUNBUFFERED": "so that rank logs are complete",
+}
+_RESERVED_ENV_PREFIXES = ("TORCHELASTIC_", "SLURM_", "AUTOTUNE_")
+
+EnvSpec = Fixed | Choices
+
+
+def parse_env(raw: Any) -> dict[str, EnvSpec]:
+    """Parse the ``env:`` section: ``NAME: value`` fixes a variable, ``NAME: {choices: [...]}`` searches it.
+
+    Values are strings (quote numbers: ``"4194304"``); names are variable names autotune does not set itself.
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(
+            f"expected a mapping of NAME: value, got {_yaml_type(raw)}; write e.g. env: {{NCCL_ALGO: Ring}}"
+        )
+    out: dict[str, EnvSpec] = {}
+    for name, value in raw.items():
+        if isinstance(value, (Fixed, Choices)):
+            out[name] = value
+            continue
+        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name; use letters, digits and '_'")
+        why = RESERVED_ENV.get(name) or next(
+            (f"its launchers set {p}* variables" for p in _RESERVED_ENV_PREFIXES if name.startswith(p)),
+            None,
+        )
+        if why:
+            raise ValueError(f"{name}: autotune sets this variable itself ({why}); remove it from env")
+        if isinstance(value, Mapping):
+            if set(value) != {"choices"}:
+                raise ValueError(f"{name}: give a string or {{choices: [...]}} (got keys {sorted(map(str, value))})")
+            choices = value["choices"]
+            if not isinstance(choices, list) or not choices:
+                raise ValueError(f"{name}: choices must be a non-empty list of strings")
+            for i, c in enumerate(choices):
+                if not isinstance(c, str):
+                    raise ValueError(f"{name}: choices[{i}]: {c!r} is not a string; quote it: '{c}'")
+            if len(set(choices)) != len(choices):
+                raise ValueError(f"{name}: choices lists a value twice; list each value once")
+            out[name] = Choices(choices=tuple(choices))
+        elif isinstance(value, str):
+            out[name] = Fixed(value=value)
+        else:
+            shown = "true" if value is True else "false" if value is False else repr(value)
+            raise ValueError(f"{name}: {shown} is not a string; environment values are strings, quote it: '{shown}'")
+    return out
+
+
+def _env_schema() -> dict[str, Any]:
+    text = {"type": "string"}
+    return {
+        "description": "environment variables set in every rank: NAME: value (fixed) or NAME: {choices: [...]}",
+        "type": "object",
+        "propertyNames": {"pattern": _ENV_NAME_RE.pattern},
+        "additionalProperties": {
+            "anyOf": [
+                text,
+                {
+                    "type": "object",
+                    "properties": {"choices": {"type": "array", "items": text, "minItems": 1}},
+                    "required": ["choices"],
+                    "additionalProperties": False,
+                },
+            ]
+        },
+    }
+
+
+EnvField = Annotated[dict[str, EnvSpec], BeforeValidator(parse_env), WithJsonSchema(_env_schema())]
 
 
 # --------------------------------------------------------------------------------------------- the rest
@@ -409,6 +625,11 @@ class StudySpec(BaseModel):
     workload: WorkloadSpec
     launcher: LauncherSpec = Field(default_factory=LauncherSpec)
     search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
+    hyperparameters: dict[str, HyperparameterField] = Field(
+        default_factory=dict,
+        description="keyword arguments of the workload's build(), base_lr and optimizer.<kwarg>: fixed or "
+        "searched (Optuna params hp.<name>)",
+    )
     trial: TrialLimits = Field(default_factory=TrialLimits)
     objectives: tuple[ObjectiveSpec, ...] = Field(
         (ObjectiveSpec(metric="throughput"),), min_length=1, description="one: single objective; more: Pareto"
@@ -418,6 +639,11 @@ class StudySpec(BaseModel):
     pruner: PrunerSpec = Field(default_factory=PrunerSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
+    env: EnvField = Field(
+        default_factory=dict,
+        description="environment variables set in every rank; NAME: value fixes one, NAME: {choices: [...]} "
+        "searches it (Optuna param env.NAME)",
+    )
     baseline: dict[str, Any] = Field(
         default_factory=dict,
         description="knob values overriding the workload's default configuration for the baseline trial",
@@ -477,6 +703,19 @@ class StudySpec(BaseModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StudySpec:
+        for name, hp in self.hyperparameters.items():
+            if not _HP_NAME_RE.fullmatch(name):
+                raise ValueError(
+                    f"hyperparameters: {name!r} is not a keyword argument name; give a build() argument, "
+                    "base_lr or optimizer.<argument>"
+                )
+            if name == BASE_LR and not _positive_values(hp):
+                raise ValueError(f"hyperparameters.{name}: the learning rate must be a positive number")
+        both = sorted(set(self.hyperparameters) & set(self.workload.args))
+        if both:
+            raise ValueError(
+                f"hyperparameters.{both[0]}: also given in workload.args; give it in one place"
+            )
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError("objectives: a metric is listed twice; list each metric once")
@@ -500,7 +739,19 @@ class StudySpec(BaseModel):
                     "baseline.amp: fp16 needs CUDA; use off or bf16, or set launcher.device: cuda"
                 )
         self._check_nodes()
+        self._check_compile()
         return self
+
+    def _check_compile(self) -> None:
+        """A compiled model compiles in its first step: that step must be a warm-up step, never measured."""
+        modes = self.search_space.values_of("compile") or ()
+        if self.baseline.get("compile", "off") != "off":
+            modes = (*modes, self.baseline["compile"])
+        if any(m != "off" for m in modes) and self.trial.warmup_steps < 1:
+            raise ValueError(
+                "trial.warmup_steps: compile compiles the model in the first step, which must not be measured; "
+                "set warmup_steps: 1 or more"
+            )
 
     def _check_nodes(self) -> None:
         """On SLURM a trial runs W / nodes ranks on each node: every world size must divide evenly."""
@@ -563,8 +814,34 @@ class StudySpec(BaseModel):
         if self._workload is None:
             from autotune.workload import load_workload
 
-            self._workload = load_workload(self.workload.entrypoint, self.workload.args, self.base_dir)
+            hyperparameters = None
+            if self.hyperparameters:
+                # build() is called once here with the baseline's hyperparameter values (its own defaults).
+                from autotune.search_space._hyper import HyperparameterSpace
+                from autotune.workload import workload_function
+
+                build = workload_function(self.workload.entrypoint, self.base_dir)
+                hyperparameters = HyperparameterSpace.for_build(self.hyperparameters, build).defaults
+            self._workload = load_workload(
+                self.workload.entrypoint, self.workload.args, self.base_dir, hyperparameters
+            )
         return self._workload
+
+    def hyperparameter_space(self) -> Any:
+        """The :class:`~autotune.search_space.HyperparameterSpace` of the study's ``hyperparameters:``, with
+        the baseline's values: build()'s and the optimizer's defaults and the workload's base_lr."""
+        from autotune.search_space._hyper import HyperparameterSpace
+        from autotune.workload import keyword_defaults, workload_function
+
+        if not self.hyperparameters:
+            return HyperparameterSpace()
+        workload = self.load_workload()
+        return HyperparameterSpace.build(
+            self.hyperparameters,
+            build_defaults=keyword_defaults(workload_function(self.workload.entrypoint, self.base_dir)),
+            base_lr=workload.base_lr,
+            optimizer_defaults=keyword_defaults(workload.optimizer),
+        )
 
     def space(self) -> Any:
         """The :class:`~autotune.search_space.SearchSpace` of this study on its resolved device."""
@@ -573,7 +850,7 @@ class StudySpec(BaseModel):
         workload = self.load_workload()
         return SearchSpace.build(
             self.search_space, base_lr=workload.base_lr, base_batch_size=workload.base_batch_size,
-            device=self.resolved_device(),
+            device=self.resolved_device(), env=self.env, hyper=self.hyperparameter_space(),
         )
 
     def resolved_device(self) -> str:
@@ -583,6 +860,14 @@ class StudySpec(BaseModel):
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _positive_values(spec: HyperparameterSpec) -> bool:
+    if isinstance(spec, Fixed):
+        return _is_number(spec.value) and spec.value > 0
+    if isinstance(spec, Choices):
+        return all(_is_number(c) and c > 0 for c in spec.choices)
+    return spec.low > 0
 
 
 def _redact(url: str) -> str:
@@ -684,9 +969,12 @@ def check_workload_fits(spec: StudySpec) -> Any:
     from autotune.errors import WorkloadError
 
     try:
+        if spec.hyperparameters:
+            _check_build_hyperparameters(spec)
         workload = spec.load_workload()
     except WorkloadError as e:
         raise WorkloadError(f"{spec.source}: workload.entrypoint: {e}") from None
+    _check_optimizer_hyperparameters(spec, workload)
     ckpt = spec.search_space.values_of("activation_checkpointing")
     wants_ckpt = (ckpt is not None and True in ckpt) or spec.baseline.get("activation_checkpointing") is True
     if wants_ckpt and not workload.checkpoint_modules:
@@ -695,6 +983,32 @@ def check_workload_fits(spec: StudySpec) -> Any:
             "checkpoint_modules; declare them in the Workload or fix this knob to false"
         )
     return workload
+
+
+def _check_build_hyperparameters(spec: StudySpec) -> None:
+    """Each ``hyperparameters:`` name that is a build() argument must be one of build()'s parameters."""
+    from autotune.workload import unknown_argument_message, unknown_arguments, workload_function
+
+    build = workload_function(spec.workload.entrypoint, spec.base_dir)
+    names = [n for n in spec.hyperparameters if n != BASE_LR and not n.startswith(OPTIMIZER_PREFIX)]
+    for name in unknown_arguments(build, names):
+        raise StudyFileError(
+            f"{spec.source}: hyperparameters.{name}: {spec.workload.entrypoint}: "
+            f"{unknown_argument_message(build, name)}"
+        )
+
+
+def _check_optimizer_hyperparameters(spec: StudySpec, workload: Any) -> None:
+    """Each ``optimizer.<kwarg>`` must be a keyword argument of the workload's optimizer factory."""
+    from autotune.workload import unknown_argument_message, unknown_arguments
+
+    names = [n.removeprefix(OPTIMIZER_PREFIX) for n in spec.hyperparameters if n.startswith(OPTIMIZER_PREFIX)]
+    for name in unknown_arguments(workload.optimizer, names, skip=2):
+        raise StudyFileError(
+            f"{spec.source}: hyperparameters.{OPTIMIZER_PREFIX}{name}: the workload's optimizer "
+            f"{unknown_argument_message(workload.optimizer, name, skip=2)}; the factory is called as "
+            "optimizer(params, lr, **kwargs)"
+        )
 
 
 def apply_overrides(document: dict[str, Any], overrides: Iterable[str], source: str) -> dict[str, Any]:

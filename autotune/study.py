@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.storages import BaseStorage
@@ -123,7 +123,24 @@ def grid_points(space: SearchSpace) -> dict[str, list[Any]]:
                 grid[name] = sorted(values)
             else:
                 grid[name] = list(range(dist.low, dist.high + 1, dist.step))
+        elif isinstance(dist, FloatDistribution):  # a float hyperparameter (hp.<name>)
+            grid[name] = float_grid(dist)
     return grid
+
+
+def float_grid(dist: FloatDistribution, points: int = 5) -> list[float]:
+    """Grid values of a float range: every step when it has a step, else ``points`` values evenly spaced
+    (geometrically on a log range), ends included."""
+    if dist.step:
+        count = round((dist.high - dist.low) / dist.step) + 1
+        return [dist.low + i * dist.step for i in range(count)]
+    if dist.low == dist.high:
+        return [dist.low]
+    if dist.log:
+        ratio = (dist.high / dist.low) ** (1 / (points - 1))
+        return [dist.low * ratio**i for i in range(points - 1)] + [dist.high]
+    width = (dist.high - dist.low) / (points - 1)
+    return [dist.low + i * width for i in range(points - 1)] + [dist.high]
 
 
 def make_pruner(spec: StudySpec) -> BasePruner:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune._knobs import KNOBS
-from autotune.spec import Choices, Fixed, IntRange, KnobSpec, StudySpec, _redact
+from autotune.spec import Choices, Fixed, FloatRange, HyperparameterSpec, IntRange, KnobSpec, StudySpec, _redact
 
 __all__ = ["render_summary"]
 
@@ -49,8 +49,33 @@ def render_summary(spec: StudySpec, console: Console) -> None:
         mode = "searched" if name in searched else "fixed"
         knobs.add_row(name, mode, escape(values), escape(_show(default)))
     console.print(knobs)
+    if space.hyper.specs:
+        console.print(_hyperparameter_table(space.hyper, spec.workload.entrypoint))
     for note in space.notes:
         console.print(f"[yellow]note[/] {escape(note)}")
+
+
+def _hyperparameter_table(hyper: Any, entrypoint: str) -> Table:
+    """The hyperparameters: name, where the value goes, fixed or searched (Optuna param), values, baseline."""
+    from autotune.search_space._hyper import param_name
+    from autotune.spec import BASE_LR, OPTIMIZER_PREFIX
+
+    table = Table(title="hyperparameters", title_justify="left", show_edge=False, pad_edge=False)
+    for column in ("hyperparameter", "passed to", "mode", "values"):
+        table.add_column(column)
+    table.add_column("baseline", style="dim")
+    searched = set(hyper.searched())
+    function = entrypoint.rpartition(":")[2]
+    for name, hp_spec in hyper.specs.items():
+        if name == BASE_LR:
+            target = "Workload.base_lr (scaled by lr_scaling)"
+        elif name.startswith(OPTIMIZER_PREFIX):
+            target = f"optimizer({name.removeprefix(OPTIMIZER_PREFIX)}=...)"
+        else:
+            target = f"{function}({name}=...)"
+        mode = f"searched ({param_name(name)})" if name in searched else "fixed"
+        table.add_row(name, escape(target), mode, escape(_describe(hp_spec)), escape(_show(hyper.defaults[name])))
+    return table
 
 
 def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, str]]:
@@ -117,17 +142,17 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
     return rows
 
 
-def _describe(spec: KnobSpec) -> str:
+def _describe(spec: KnobSpec | HyperparameterSpec) -> str:
     if isinstance(spec, Fixed):
         return _show(spec.value)
     if isinstance(spec, Choices):
         return "{" + ", ".join(_show(c) for c in spec.choices) + "}"
-    assert isinstance(spec, IntRange)  # the union has three members
-    text = f"{spec.low}..{spec.high}"
+    assert isinstance(spec, (IntRange, FloatRange))  # the union's range members
+    text = f"{_show(spec.low)}..{_show(spec.high)}"
     if spec.log:
         text += " log"
-    if spec.step != 1:
-        text += f" step {spec.step}"
+    if spec.step is not None and spec.step != 1:
+        text += f" step {_show(spec.step)}"
     return text
 
 

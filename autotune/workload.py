@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,20 @@ from autotune.errors import WorkloadError
 __all__ = ["Workload", "default_optimizer", "load_workload"]
 
 
-def default_optimizer(params: Iterable[Any], lr: float) -> Any:
-    """AdamW at the given learning rate: the optimizer used when a workload names none."""
+def default_optimizer(
+    params: Iterable[Any],
+    lr: float,
+    *,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> Any:
+    """AdamW at the given learning rate: the optimizer used when a workload names none. Its keyword
+    arguments are searchable as ``hyperparameters: {optimizer.weight_decay: ...}``."""
     import torch
 
-    return torch.optim.AdamW(params, lr=lr)
+    beta1, beta2 = betas  # a list from a study file works too
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(beta1, beta2), eps=eps)
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,8 @@ class Workload:
         base_lr: the learning rate that is right at ``base_batch_size``.
         base_batch_size: the global batch ``base_lr`` belongs to; the reference of ``lr_scaling``.
         checkpoint_modules: module types wrapped when ``activation_checkpointing`` is on.
+        shard_modules: module types FSDP shards as units with ``sharding: fsdp``/``fsdp_no_reshard``
+            (default: ``checkpoint_modules``); the root module is sharded after them.
         collate_fn: passed to the DataLoader.
         eval_dataset: optional held-out dataset factory.
     """
@@ -46,10 +58,12 @@ class Workload:
     base_lr: float = 1e-3
     base_batch_size: int = 64
     checkpoint_modules: tuple[type, ...] = field(default_factory=tuple)
+    shard_modules: tuple[type, ...] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
     eval_dataset: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
+        _refuse_instances(self)
         for name in ("model", "dataset", "loss", "optimizer"):
             if not callable(getattr(self, name)):
                 kind = type(getattr(self, name)).__name__
@@ -77,6 +91,38 @@ class Workload:
             if not isinstance(m, type):
                 raise WorkloadError(f"Workload.checkpoint_modules must hold module types, got {m!r}")
         object.__setattr__(self, "checkpoint_modules", modules)
+        shard = self.shard_modules
+        if shard is not None:
+            shard = (shard,) if isinstance(shard, type) else tuple(shard)
+            for m in shard:
+                if not isinstance(m, type):
+                    raise WorkloadError(f"Workload.shard_modules must hold module types, got {m!r}")
+            object.__setattr__(self, "shard_modules", shard)
+
+    @property
+    def shard_units(self) -> tuple[type, ...]:
+        """The module types FSDP shards as units: ``shard_modules``, else ``checkpoint_modules``."""
+        return self.shard_modules if self.shard_modules is not None else self.checkpoint_modules
+
+
+def _refuse_instances(workload: Workload) -> None:
+    """``model=Net()`` or ``dataset=TrainSet()`` where a factory is expected: a module is callable, so it
+    would pass as one, and every trial would then call its forward() with no input."""
+    torch = sys.modules.get("torch")
+    if torch is None:  # nothing can be a torch module or dataset
+        return
+    for name, base, example in (
+        ("model", torch.nn.Module, "model=lambda: {0}(...), or the class itself"),
+        ("dataset", torch.utils.data.Dataset, "dataset=lambda: {0}(...)"),
+        ("eval_dataset", torch.utils.data.Dataset, "eval_dataset=lambda: {0}(...)"),
+    ):
+        value = getattr(workload, name)
+        if isinstance(value, base):
+            kind = type(value).__name__
+            raise WorkloadError(
+                f"Workload.{name} is a {kind} instance, not a factory (each rank builds its own); "
+                f"pass {example.format(kind)}"
+            )
 
 
 def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
@@ -133,13 +179,24 @@ def _import_target(entrypoint: str, base_dir: Path) -> Callable[..., Any]:
 
 
 def load_workload(
-    entrypoint: str, args: dict[str, Any] | None = None, base_dir: Path | None = None
+    entrypoint: str,
+    args: dict[str, Any] | None = None,
+    base_dir: Path | None = None,
+    hyperparameters: Mapping[str, Any] | None = None,
 ) -> Workload:
     """Import ``module:function`` or ``path/file.py:function`` and call it with ``args``.
 
-    Raises WorkloadError (one line) when the import fails, the call raises, or the result is not a Workload.
+    ``hyperparameters`` (study-file names) add their build() arguments to ``args``: every name but
+    ``optimizer.*``, and ``base_lr`` only when the function takes it. Raises WorkloadError (one line) when
+    the import fails, an argument is not one of the function's, the call raises, or the result is not a
+    Workload.
     """
     func = _import_target(entrypoint, base_dir or Path.cwd())
+    if hyperparameters:
+        args = {**(args or {}), **build_arguments(func, hyperparameters)}
+    unknown = unknown_arguments(func, args or {})
+    if unknown:
+        raise WorkloadError(f"{entrypoint}: {unknown_argument_message(func, unknown[0])}")
     try:
         result = func(**(args or {}))
     except TypeError as e:
@@ -154,6 +211,67 @@ def load_workload(
             "return autotune.Workload(...)"
         )
     return result
+
+
+def build_arguments(func: Callable[..., Any], hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters that are keyword arguments of the workload's ``func``: all but
+    ``optimizer.<kwarg>``, and ``base_lr`` only when ``func`` takes it (else it sets Workload.base_lr)."""
+    from autotune.spec import BASE_LR, split_hyperparameters
+
+    build, base_lr, _ = split_hyperparameters(hyperparameters)
+    accepted, _var_keyword = keyword_parameters(func)
+    if base_lr is not None and BASE_LR in accepted:
+        build[BASE_LR] = base_lr
+    return build
+
+
+def workload_function(entrypoint: str, base_dir: Path | None = None) -> Callable[..., Any]:
+    """The function an entrypoint names, imported (WorkloadError when it cannot be)."""
+    return _import_target(entrypoint, base_dir or Path.cwd())
+
+
+def keyword_parameters(func: Callable[..., Any], skip: int = 0) -> tuple[list[str], bool]:
+    """``(names, takes **kwargs)`` of the arguments ``func`` accepts by keyword, less its first ``skip``
+    positional ones (an optimizer factory's ``params, lr``)."""
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: accept anything
+        return [], True
+    names: list[str] = []
+    var_keyword = False
+    for i, p in enumerate(parameters):
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            var_keyword = True
+        elif p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY) and i >= skip:
+            names.append(p.name)
+    return names, var_keyword
+
+
+def keyword_defaults(func: Callable[..., Any]) -> dict[str, Any]:
+    """The default value of each keyword argument of ``func`` that has one."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def unknown_arguments(func: Callable[..., Any], names: Iterable[str], skip: int = 0) -> list[str]:
+    """The names in ``names`` that ``func`` does not accept as keyword arguments."""
+    accepted, var_keyword = keyword_parameters(func, skip)
+    return [] if var_keyword else [n for n in names if n not in accepted]
+
+
+def unknown_argument_message(func: Callable[..., Any], name: str, skip: int = 0) -> str:
+    """``build() takes no argument 'x'; its parameters: a, b`` (with a close match when there is one)."""
+    import difflib
+
+    accepted, _ = keyword_parameters(func, skip)
+    hint = difflib.get_close_matches(name, accepted, n=1)
+    hint_text = f"did you mean {hint[0]!r}? " if hint else ""
+    listed = ", ".join(accepted) if accepted else "none"
+    function = getattr(func, "__name__", "the function")
+    return f"{function}() takes no argument {name!r}; {hint_text}its parameters: {listed}"
 
 
 _DEBUG = "; fix the workload (autotune --debug shows the traceback)"

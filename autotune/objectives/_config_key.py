@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from autotune._knobs import KNOBS
@@ -19,7 +20,19 @@ def config_key(config_json: Mapping[str, object]) -> str:
         if name not in config_json:
             raise ValueError(f"config has no {name!r} knob; give the TrialConfig JSON with all ten knobs")
         parts.append(f"{name}={_format(config_json[name])}")
+    # Hyperparameters (hp.<name>, sorted) enter the key after the knobs: two trials that differ only in a
+    # hyperparameter are different configurations. Values as JSON, so a tuple and its stored list agree.
+    hyperparameters = config_json.get("hyperparameters") or {}
+    if isinstance(hyperparameters, Mapping):
+        for hp_name in sorted(hyperparameters):
+            parts.append(f"hp.{hp_name}={_format_hp(hyperparameters[hp_name])}")
     return ",".join(parts)
+
+
+def _format_hp(value: object) -> str:
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return _format(value)
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _format(value: object) -> str:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LrScaling = Literal["none", "linear", "sqrt"]
 Amp = Literal["off", "bf16", "fp16"]
 Device = Literal["cpu", "cuda"]
+Compile = Literal["off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"]
+Sharding = Literal["ddp", "fsdp", "fsdp_no_reshard"]
 
 
 def scaled_lr(base_lr: float, base_batch_size: int, global_batch: int, rule: LrScaling) -> float:
@@ -42,8 +45,18 @@ class TrialConfig(BaseModel):
     pin_memory: bool = False
     amp: Amp = "off"
     activation_checkpointing: bool = False
-    bucket_cap_mb: int = Field(25, ge=1)
+    bucket_cap_mb: int | None = Field(25, ge=1, description="None unless sharding is ddp")
     world_size: int = Field(1, ge=1)
+    threads_per_rank: int | Literal["auto"] = Field("auto", description="intra-op threads per rank, or auto")
+    compile: Compile = "off"
+    sharding: Sharding = "ddp"
+    gradient_as_bucket_view: bool | None = Field(False, description="None unless sharding is ddp")
+    static_graph: bool | None = Field(False, description="None unless sharding is ddp")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables set in every rank")
+    hyperparameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the study's hyperparameters: build() arguments, base_lr, optimizer.<kwarg> (study-file names)",
+    )
     device: Device = "cpu"
     base_lr: float = Field(gt=0)
     base_batch_size: int = Field(ge=1)
@@ -64,14 +77,27 @@ class TrialConfig(BaseModel):
         pin_memory: bool = False,
         amp: Amp = "off",
         activation_checkpointing: bool = False,
-        bucket_cap_mb: int = 25,
+        bucket_cap_mb: int | None = 25,
         world_size: int = 1,
+        threads_per_rank: int | Literal["auto"] = "auto",
+        compile: Compile = "off",
+        sharding: Sharding = "ddp",
+        gradient_as_bucket_view: bool | None = False,
+        static_graph: bool | None = False,
+        env: dict[str, str] | None = None,
+        hyperparameters: Mapping[str, Any] | None = None,
         device: Device = "cpu",
     ) -> TrialConfig:
         if num_workers == 0:
             prefetch_factor = None
         elif prefetch_factor is None:
             prefetch_factor = 2
+        if sharding != "ddp":  # DDP's own knobs mean nothing under FSDP
+            bucket_cap_mb = gradient_as_bucket_view = static_graph = None
+        else:
+            bucket_cap_mb = 25 if bucket_cap_mb is None else bucket_cap_mb
+            gradient_as_bucket_view = bool(gradient_as_bucket_view)
+            static_graph = bool(static_graph)
         global_batch = batch_size * grad_accum * world_size
         return cls(
             batch_size=batch_size,
@@ -84,6 +110,13 @@ class TrialConfig(BaseModel):
             activation_checkpointing=activation_checkpointing,
             bucket_cap_mb=bucket_cap_mb,
             world_size=world_size,
+            threads_per_rank=threads_per_rank,
+            compile=compile,
+            sharding=sharding,
+            gradient_as_bucket_view=gradient_as_bucket_view,
+            static_graph=static_graph,
+            env=dict(env or {}),
+            hyperparameters=dict(hyperparameters or {}),
             device=device,
             base_lr=base_lr,
             base_batch_size=base_batch_size,
@@ -104,10 +137,17 @@ class TrialConfig(BaseModel):
             raise ValueError("prefetch_factor is set exactly when num_workers > 0")
         if self.device == "cpu" and (self.amp == "fp16" or self.pin_memory):
             raise ValueError("fp16 and pin_memory need device cuda")
+        ddp_knobs = (self.bucket_cap_mb, self.gradient_as_bucket_view, self.static_graph)
+        if (self.sharding == "ddp") != all(v is not None for v in ddp_knobs):
+            raise ValueError(
+                "bucket_cap_mb, gradient_as_bucket_view and static_graph are set exactly when sharding is ddp"
+            )
+        if isinstance(self.threads_per_rank, int) and self.threads_per_rank < 1:
+            raise ValueError("threads_per_rank must be at least 1, or auto")
         return self
 
     def knobs(self) -> dict[str, object]:
-        """The ten knob values (no derived values), e.g. for ``--set`` or a baseline override."""
+        """The knob values (no derived values, no env), e.g. for ``--set`` or a baseline override."""
         from autotune._knobs import KNOBS
 
         return {name: getattr(self, name) for name in KNOBS}
@@ -127,6 +167,28 @@ class TrialConfig(BaseModel):
             parts.append("ckpt")
         if self.pin_memory:
             parts.append("pin")
-        parts.append(f"bucket={self.bucket_cap_mb}MB")
+        if self.bucket_cap_mb is not None:
+            parts.append(f"bucket={self.bucket_cap_mb}MB")
+        if self.threads_per_rank != "auto":
+            parts.append(f"threads={self.threads_per_rank}")
+        if self.compile != "off":
+            parts.append(f"compile={self.compile}")
+        if self.sharding != "ddp":
+            parts.append(self.sharding)
+        if self.gradient_as_bucket_view:
+            parts.append("grad_view")
+        if self.static_graph:
+            parts.append("static_graph")
+        parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
+        parts += [f"{k}={_short_value(v)}" for k, v in self.hyperparameters.items() if k != "base_lr"]
         parts.append(f"lr={self.lr:.3g}")
         return " ".join(parts)
+
+
+def _short_value(value: Any) -> str:
+    """A hyperparameter value in :meth:`TrialConfig.short`: floats with 3 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_short_value(v) for v in value) + "]"
+    return str(value)

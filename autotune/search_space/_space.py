@@ -6,16 +6,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune._knobs import KNOBS
+from autotune._knobs import DDP_ONLY, KNOBS
 from autotune.errors import UsageError
 from autotune.search_space._config import TrialConfig
-from autotune.spec import Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob
+from autotune.search_space._hyper import HyperparameterSpace
+from autotune.spec import BASE_LR, Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob
 
 if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
 
 _CUDA_ONLY = {"amp": "fp16", "pin_memory": True}
+# Suggestion order: a conditional knob after the knob it depends on (prefetch after workers, DDP's after sharding).
+_ORDER = tuple(n for n in KNOBS if n not in DDP_ONLY) + DDP_ONLY
+ENV_PARAM_PREFIX = "env."
 
 
 @dataclass
@@ -31,10 +35,14 @@ class SearchSpace:
     base_batch_size: int
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
+    env: dict[str, KnobSpec] = field(default_factory=dict)  # the study's env: section (Fixed or Choices)
+    hyper: HyperparameterSpace = field(default_factory=HyperparameterSpace)  # the hyperparameters: section
 
     @classmethod
     def build(
-        cls, spec: SearchSpaceSpec, *, base_lr: float, base_batch_size: int, device: str = "cpu"
+        cls, spec: SearchSpaceSpec, *, base_lr: float, base_batch_size: int, device: str = "cpu",
+        env: Mapping[str, KnobSpec] | None = None,
+        hyper: HyperparameterSpace | None = None,
     ) -> SearchSpace:
         notes: list[str] = []
         knobs: dict[str, KnobSpec] = {}
@@ -46,15 +54,22 @@ class SearchSpace:
             if device != "cuda" and name in _CUDA_ONLY:
                 value = _drop_value(name, value, _CUDA_ONLY[name], notes)
             knobs[name] = value
-        return cls(knobs=knobs, base_lr=base_lr, base_batch_size=base_batch_size, device=device, notes=notes)
+        return cls(knobs=knobs, base_lr=base_lr, base_batch_size=base_batch_size, device=device, notes=notes,
+                   env=dict(env or {}), hyper=hyper or HyperparameterSpace())
 
     # -- which knobs are searched ---------------------------------------------------------------------
     def searched(self) -> list[str]:
         """Knobs with more than one possible value."""
         return [n for n, s in self.knobs.items() if not _single(s)]
 
+    def searched_env(self) -> list[str]:
+        """Variables of the ``env:`` section with more than one value (Optuna params ``env.NAME``)."""
+        return [n for n, s in self.env.items() if not _single(s)]
+
     def distributions(self) -> dict[str, BaseDistribution]:
-        """The Optuna distribution of every searched knob (prefetch_factor's applies when num_workers > 0)."""
+        """The Optuna distribution of every searched knob (prefetch_factor's applies when num_workers > 0,
+        bucket_cap_mb's, gradient_as_bucket_view's and static_graph's when sharding is ddp) and of every
+        searched environment variable (``env.NAME``)."""
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
         out: dict[str, BaseDistribution] = {}
@@ -64,17 +79,27 @@ class SearchSpace:
                 out[name] = IntDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
             elif isinstance(spec, Choices):
                 out[name] = CategoricalDistribution(list(spec.choices))
+        for name in self.searched_env():
+            env_spec = self.env[name]
+            assert isinstance(env_spec, Choices)
+            out[ENV_PARAM_PREFIX + name] = CategoricalDistribution(list(env_spec.choices))
+        out.update(self.hyper.distributions())  # hp.<name>
         return out
 
     # -- making configs -------------------------------------------------------------------------------
     def suggest(self, trial: optuna.Trial) -> TrialConfig:
         """Ask Optuna for a value of every searched knob and return the trial's TrialConfig.
 
-        ``prefetch_factor`` is only suggested when ``num_workers > 0`` (it means nothing otherwise).
+        ``prefetch_factor`` is only suggested when ``num_workers > 0``, and DDP's own knobs only when
+        ``sharding`` is ddp (they mean nothing otherwise). Searched ``env:`` variables are ``env.NAME``.
         """
         values: dict[str, Any] = {}
-        for name, spec in self.knobs.items():
+        for name in _ORDER:
+            spec = self.knobs[name]
             if name == "prefetch_factor" and values["num_workers"] == 0:
+                values[name] = None
+                continue
+            if name in DDP_ONLY and values["sharding"] != "ddp":
                 values[name] = None
                 continue
             if _single(spec):
@@ -84,11 +109,26 @@ class SearchSpace:
             else:
                 assert isinstance(spec, Choices)
                 values[name] = trial.suggest_categorical(name, list(spec.choices))
+        env = {}
+        for var, env_spec in self.env.items():
+            if _single(env_spec):
+                env[var] = _only(env_spec)
+            else:
+                assert isinstance(env_spec, Choices)
+                env[var] = trial.suggest_categorical(ENV_PARAM_PREFIX + var, list(env_spec.choices))
+        values["env"] = env
+        values["hyperparameters"] = self.hyper.suggest(trial)
         return self.config(values)
 
     def config(self, values: Mapping[str, Any]) -> TrialConfig:
-        """A TrialConfig from knob values; knobs not given take their single value or their default."""
+        """A TrialConfig from knob values; knobs not given take their single value or their default.
+
+        ``values["env"]``, when given, is the trial's environment; else the ``env:`` section's fixed
+        variables (a searched variable is left unset: the default environment).
+        """
         full: dict[str, Any] = {}
+        full["env"] = dict(values["env"]) if "env" in values else self.fixed_env()
+        hyperparameters = self.hyper.values(values.get("hyperparameters", {}))
         for name, spec in self.knobs.items():
             if name in values:
                 full[name] = values[name]
@@ -98,8 +138,13 @@ class SearchSpace:
                 default = self.base_batch_size if name == "batch_size" else KNOBS[name].default
                 full[name] = default
         return TrialConfig.create(
-            base_lr=self.base_lr, base_batch_size=self.base_batch_size, device=self.device, **full  # type: ignore[arg-type]
+            base_lr=hyperparameters.get(BASE_LR, self.base_lr), base_batch_size=self.base_batch_size,
+            device=self.device, hyperparameters=hyperparameters, **full  # type: ignore[arg-type]
         )
+
+    def fixed_env(self) -> dict[str, str]:
+        """The ``env:`` variables fixed to one value."""
+        return {n: str(_only(s)) for n, s in self.env.items() if _single(s)}
 
     def default_config(self, overrides: Mapping[str, Any] | None = None) -> TrialConfig:
         """The workload's default configuration (the baseline): num_workers 0, fp32, no checkpointing,
@@ -113,12 +158,16 @@ class SearchSpace:
 
     def params_of(self, config: TrialConfig) -> dict[str, Any]:
         """The Optuna params a config corresponds to (for enqueue_trial); only searched knobs."""
-        params = {}
+        params: dict[str, Any] = {}
         for name in self.searched():
             value = getattr(config, name)
-            if name == "prefetch_factor" and value is None:
+            if (name == "prefetch_factor" or name in DDP_ONLY) and value is None:
                 continue
             params[name] = value
+        for name in self.searched_env():
+            if name in config.env:
+                params[ENV_PARAM_PREFIX + name] = config.env[name]
+        params.update(self.hyper.params_of(config.hyperparameters))
         return params
 
     def contains(self, config: TrialConfig) -> bool:
@@ -129,9 +178,16 @@ class SearchSpace:
                 if value is not None:
                     return False
                 continue
+            if name in DDP_ONLY and config.sharding != "ddp":
+                if value is not None:
+                    return False
+                continue
             if not _admits(spec, value):
                 return False
-        return True
+        for name, env_spec in self.env.items():
+            if name not in config.env or not _admits(env_spec, config.env[name]):
+                return False
+        return set(config.env) <= set(self.env) and self.hyper.contains(config.hyperparameters)
 
     def parse_sets(self, sets: list[str]) -> dict[str, Any]:
         """Parse ``knob=value`` strings (``--set batch_size=64``) into checked knob values."""
@@ -143,6 +199,13 @@ class SearchSpace:
             key = key.strip()
             if not sep:
                 raise UsageError(f"--set {item!r}: expected knob=value, e.g. --set batch_size=64")
+            if key.startswith(ENV_PARAM_PREFIX):
+                var = key.removeprefix(ENV_PARAM_PREFIX)
+                if var not in self.env:
+                    listed = ", ".join(ENV_PARAM_PREFIX + n for n in self.env) or "none"
+                    raise UsageError(f"--set {key}: {var} is not in the study's env: section (listed: {listed})")
+                values.setdefault("env", self.fixed_env())[var] = raw
+                continue
             if key not in KNOBS:
                 raise UsageError(f"--set {key}: {_unknown_knob_message(key)}")
             try:

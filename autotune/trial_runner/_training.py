@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from autotune.spec import split_hyperparameters
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
 from autotune.workload import Workload, load_workload
 
@@ -123,9 +124,51 @@ def _apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int
 
 def compute_threads(local_world_size: int, num_workers: int) -> int:
     """Intra-op threads per rank on CPU: this rank's share of the cores, less its DataLoader workers
-    (each worker runs one thread), so that compute and data loading do not fight over the same cores."""
+    (each worker runs one thread), so that compute and data loading do not fight over the same cores.
+    This is ``threads_per_rank: auto``."""
     cores = len(os.sched_getaffinity(0))
     return max(1, cores // local_world_size - num_workers)
+
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def apply_threads(setting: int | str, local_world_size: int, num_workers: int, device_type: str) -> int:
+    """Set this rank's intra-op threads from ``threads_per_rank``: torch's pool and the OpenMP/MKL variables
+    (which the rank's children and compiled kernels read). ``auto`` on CPU is :func:`compute_threads`;
+    ``auto`` on CUDA leaves torch's default. Returns the thread count in force."""
+    if isinstance(setting, int):
+        threads: int | None = setting
+    elif device_type == "cpu":
+        threads = compute_threads(local_world_size, num_workers)
+    else:
+        threads = None
+    if threads is not None:
+        torch.set_num_threads(threads)
+        for name in THREAD_ENV:
+            os.environ[name] = str(threads)
+    return torch.get_num_threads()
+
+
+def _shard(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:
+    """FSDP2: ``fully_shard`` every module of ``units``, then the root; amp becomes the MixedPrecisionPolicy.
+    ``fsdp`` frees gathered parameters after forward (ZeRO-3-like), ``fsdp_no_reshard`` keeps them (ZeRO-2-like).
+    Returns the number of sharded units, the root included."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    if cfg.amp == "off":
+        policy = MixedPrecisionPolicy()
+    else:
+        dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    reshard = cfg.sharding == "fsdp"
+    targets = [m for m in model.modules() if units and isinstance(m, units) and m is not model]
+    for module in targets:
+        fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    return len(targets) + 1
 
 
 class Trainer:
@@ -141,8 +184,13 @@ class Trainer:
             self.device = torch.device("cuda", ctx.local_rank)
         else:
             self.device = torch.device("cpu")
-            torch.set_num_threads(compute_threads(ctx.local_world_size, self.config.num_workers))
-            self.applied["torch_threads"] = torch.get_num_threads()
+        self.threads = apply_threads(
+            self.config.threads_per_rank, ctx.local_world_size, self.config.num_workers, self.device.type
+        )
+        self.applied["torch_threads"] = self.threads
+        self.applied["threads_per_rank"] = {"setting": self.config.threads_per_rank, "resolved": self.threads}
+        self.compile_s: float | None = None
+        self.fsdp = False
         self.heartbeat = ctx.trial_dir / HEARTBEAT_FILE
 
     # -- set-up ------------------------------------------------------------------------------------------
@@ -157,7 +205,7 @@ class Trainer:
 
     def build(self) -> None:
         plan, cfg = self.plan, self.config
-        workload: Workload = load_workload(plan.entrypoint, plan.args, Path(plan.base_dir))
+        workload: Workload = load_workload(plan.entrypoint, plan.args, Path(plan.base_dir), cfg.hyperparameters)
         self.workload = workload
         torch.manual_seed(plan.seed)
         model = workload.model()
@@ -169,21 +217,38 @@ class Trainer:
                 raise ValueError("activation_checkpointing: no module of checkpoint_modules found in the model")
             self.applied["checkpoint_wrappers"] = wrapped
         model.to(self.device)
+        if cfg.compile != "off":
+            # Compiled in place before DDP/FSDP wrap it (the module tree is unchanged); the compile itself
+            # happens lazily in the first step, a warm-up step.
+            model.compile(mode=cfg.compile)
         self.ddp: Any = None
-        if self.ctx.world_size > 1:
+        if cfg.sharding != "ddp":
+            self.applied["fsdp_units"] = _shard(model, workload.shard_units, cfg, self.device)
+            self.applied["fsdp_reshard_after_forward"] = cfg.sharding == "fsdp"
+            self.fsdp = True
+        elif self.ctx.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self.ddp = DDP(
                 model,
                 device_ids=[self.ctx.local_rank] if self.device.type == "cuda" else None,
                 bucket_cap_mb=cfg.bucket_cap_mb,
+                gradient_as_bucket_view=bool(cfg.gradient_as_bucket_view),
+                static_graph=bool(cfg.static_graph),
             )
             self.applied["ddp_bucket_bytes_cap"] = self.ddp.bucket_bytes_cap
+            self.applied["ddp_gradient_as_bucket_view"] = self.ddp.gradient_as_bucket_view
+            self.applied["ddp_static_graph"] = self.ddp.static_graph
             if plan.trace:
                 self._trace_allreduce()
         self.model = self.ddp if self.ddp is not None else model
-        self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr)
+        self._rank_facts(model)
+        _, _, optimizer_kwargs = split_hyperparameters(cfg.hyperparameters)
+        self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr, **optimizer_kwargs)
         self.applied["optimizer_lr"] = [g["lr"] for g in self.optimizer.param_groups]
+        if optimizer_kwargs:  # what the optimizer holds, as its param groups say
+            group = self.optimizer.param_groups[0]
+            self.applied["optimizer_kwargs"] = {k: group.get(k) for k in optimizer_kwargs}
         self.scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
         self.applied["grad_scaler"] = self.scaler is not None
         self._build_data(workload)
@@ -224,6 +289,33 @@ class Trainer:
             "persistent_workers": self.loader.persistent_workers,
             "sampler": type(self.sampler).__name__,
         }
+
+    def _rank_facts(self, model: torch.nn.Module) -> None:
+        """What every rank applied (threads, environment, compiled forward, sharded parameters), gathered
+        to rank 0's applied.json under ``ranks``: a knob that reached only rank 0 shows there."""
+        from torch.distributed.tensor import DTensor
+
+        start_env = _start_environment()
+        params = list(model.parameters())
+        local = sum(
+            (p.to_local().numel() if isinstance(p, DTensor) else p.numel()) for p in params
+        )
+        facts = {
+            "rank": self.ctx.rank,
+            "torch_threads": torch.get_num_threads(),
+            "thread_env": {name: os.environ.get(name) for name in THREAD_ENV},
+            "env": {name: os.environ.get(name) for name in self.config.env},
+            # as the process started (a forked rank: as its zygote started), when libraries loaded
+            "env_at_start": {name: start_env.get(name) for name in self.config.env},
+            "compiled": getattr(model, "_compiled_call_impl", None) is not None,
+            "dtensor_params": sum(isinstance(p, DTensor) for p in params),
+            "local_param_numel": local,
+            "param_numel": sum(p.numel() for p in params),
+            "ddp": self.ddp is not None,
+        }
+        gathered: list[Any] = [None] * self.ctx.world_size
+        dist.all_gather_object(gathered, facts)
+        self.applied["ranks"] = gathered
 
     def _watch_autocast(self, model: torch.nn.Module) -> None:
         """Record, once, whether autocast is on in the forward pass and with which dtype."""
@@ -269,12 +361,15 @@ class Trainer:
             batch = _to_device(next(batches), self.device, non_blocking)
             last = micro == cfg.grad_accum - 1
             sync = contextlib.nullcontext() if (self.ddp is None or last) else self.ddp.no_sync()
+            if self.fsdp and cfg.grad_accum > 1:
+                self.model.set_requires_gradient_sync(last)  # FSDP2's no_sync: reduce-scatter on the last only
             with sync:
                 with self.autocast():
                     loss = self.workload.loss(self.model, batch)
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                    got = f"shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
-                    raise TypeError(f"the workload's loss returned {got}, not a scalar tensor; return the loss tensor")
+                    from autotune.workload_check import describe_bad_loss
+
+                    raise TypeError(describe_bad_loss(loss))
                 scaled = loss.float() / cfg.grad_accum
                 if self.scaler is not None:
                     self.scaler.scale(scaled).backward()
@@ -318,10 +413,13 @@ class Trainer:
         # included: DataLoader workers keep producing while the main loop is not stepping, so timing only
         # the steps would hand a loader-bound configuration free time and make short trials optimistic.
         mark = time.perf_counter()
+        step_started = time.perf_counter()
         while step < max_steps:
             loss = self.step(batches)
             step += 1
             os.utime(self.heartbeat)
+            if cfg.compile != "off" and step <= 2:
+                step_started = self._time_compile(step, step_started, step == max_steps)
             if step == 1:
                 first_step_s = time.time() - plan.launched_at if plan.launched_at else None
                 # Start-up is over: from now on a collective that takes long is a hang, not a slow start.
@@ -390,9 +488,26 @@ class Trainer:
             "loss": last_loss,
             "peak_memory_mb": peak,
             "time_to_first_step_s": first_step_s,
+            "compile_s": self.compile_s,
+            "threads_per_rank": self.threads,
             # wall-clock span of the training loop (epoch seconds), so launch overhead = wall - span
             "training_span_s": time.time() - training_started_at,
         }
+
+    def _time_compile(self, step: int, started: float, last: bool) -> float:
+        """compile_s: the first step (where torch.compile compiles) less the second (compiled already).
+        Both are warm-up steps or the first is; neither enters the throughput."""
+        now = time.perf_counter()
+        if step == 1:
+            self._first_step_s = now - started
+            if last:
+                self.compile_s = self._first_step_s
+        else:
+            self.compile_s = max(0.0, self._first_step_s - (now - started))
+        if self.compile_s is not None:
+            self.applied["compile_s"] = round(self.compile_s, 4)
+            self.write_applied()
+        return time.perf_counter()
 
     def write_applied(self) -> None:
         """Rank 0 records what it applied (DataLoader, DDP, autocast, checkpointing, lr) in applied.json."""
@@ -404,6 +519,16 @@ class Trainer:
         if self.ctx.rank == 0:
             self.write_applied()
             _write_json(self.ctx.trial_dir / DONE_FILE, summary)
+
+
+def _start_environment() -> dict[str, str]:
+    """This process's environment as it was exec'ed (/proc/self/environ), before anything changed it."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def _write_json(path: Path, data: Any) -> None:
