@@ -87,20 +87,54 @@ class _Group(click.Group):
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="autotune")
 def main(debug: bool) -> None:
-    """Calibrate distributed PyTorch training before it runs."""
+    """Calibrate distributed PyTorch training before it runs.
+
+    \b
+    Exit status, for every command:
+      0    success
+      1    nothing usable: `run` with no completed (or no feasible) trial, or stopped early because every
+           trial failed with the same workload error; `trial` with an outcome other than complete or
+           pruned; an internal error
+      2    bad input (study file, --set, workload), refused before anything runs
+      130  interrupted by Ctrl-C; 143 by SIGTERM
+    """
 
 
 @main.command()
 @click.argument("study_file", type=click.Path())
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a study-file key.")
+@click.option("--no-build", is_flag=True, help="Import the workload only: do not build it or run its loss.")
 @_handle_errors
-def validate(study_file: str, sets: tuple[str, ...]) -> None:
-    """Check a study file (and import its workload); print the resolved study."""
+def validate(study_file: str, sets: tuple[str, ...], no_build: bool) -> None:
+    """Check a study file and its workload; print the resolved study.
+
+    The workload is built once in this process (CPU, no ranks) and its loss run on one batch of two
+    samples, so a mistake in it is one error line now (exit 2) rather than a crash in every trial.
+    --no-build skips that for a workload too heavy to build here. Warnings name knobs the objectives
+    cannot decide and choices that will hurt on this machine.
+    """
     from autotune.spec import load_spec
     from autotune.summary import render_summary
+    from autotune.workload_check import captured_output, check_workload, study_warnings
 
-    spec = load_spec(study_file, overrides=sets)
+    # What the workload prints while it is built is held back: a refusal is then one line (the held lines
+    # come before it with --debug); when the workload passes, they are shown on stderr as printed.
+    printed: list[str] = []
+    try:
+        with captured_output() as printed:
+            spec = load_spec(study_file, overrides=sets)
+            report = None if no_build else check_workload(spec)
+    except AutotuneError:
+        if printed and _debug():
+            click.echo("\n".join(printed), err=True)
+        raise
+    if printed:
+        click.echo("\n".join(printed), err=True)
     render_summary(spec, console)
+    if report is not None:
+        console.print(f"[green]ok[/] {report.line()}", highlight=False, soft_wrap=True)
+    for warning in study_warnings(spec, spec.resolved_device()):
+        console.print(f"[yellow]warning[/] {warning}", highlight=False)
 
 
 @main.command()
@@ -113,7 +147,8 @@ def schema() -> None:
 
 @main.command()
 @click.argument("study_file", type=click.Path())
-@click.option("--set", "sets", multiple=True, metavar="KNOB=VALUE", help="Set a knob (e.g. batch_size=64).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set a knob (batch_size=64) or override a study-file key (workload.args.n_layer=4).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (outcome, reason, metrics, config).")
 @click.option("--dir", "trial_dir", type=click.Path(file_okay=False), help="Trial folder (default: runs/NAME/).")
 @_handle_errors
@@ -121,17 +156,22 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
     """Run exactly one trial with the given knobs, outside any study, and print how it went.
 
     Knobs fixed in the study's search space are used, others take their defaults; the study's trial
-    limits and memory budget apply. The exit status is 0 whenever the trial reached an outcome.
+    limits and memory budget apply. A --set whose key is a knob sets it; a dotted key or another
+    top-level study-file key overrides the study file, as in `validate` and `run`.
+
+    Exit status: 0 when the trial completed or was pruned, 1 for any other outcome (oom, diverged,
+    crashed, timeout, hang), 2 for bad input.
     """
     from pathlib import Path
 
     from autotune.console import print_trial_result, trial_progress
     from autotune.spec import load_spec
-    from autotune.trial_runner import make_launcher, plan_for, run_trial
+    from autotune.trial_runner import Outcome, make_launcher, plan_for, run_trial
 
-    spec = load_spec(study_file)
+    knob_sets, study_sets = _split_sets(sets)
+    spec = load_spec(study_file, overrides=study_sets)
     space = spec.space()
-    config = space.config(space.parse_sets(list(sets)))
+    config = space.config(space.parse_sets(knob_sets))
     folder = Path(trial_dir) if trial_dir else spec.runs_dir() / f"trial-{_stamp()}"
     launcher = make_launcher(spec)
     try:
@@ -148,7 +188,28 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
         payload["config"] = config.model_dump()
         click.echo(json.dumps(payload, indent=2))
     else:
-        print_trial_result(console, config, result)
+        print_trial_result(console, config, result, debug=_debug())
+    if result.outcome not in (Outcome.COMPLETE, Outcome.PRUNED):
+        sys.exit(1)
+
+
+def _debug() -> bool:
+    return bool(click.get_current_context().find_root().params.get("debug"))
+
+
+def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """`trial --set`: knob=value items, and study-file overrides (a dotted key or a top-level study key)."""
+    from autotune._knobs import KNOBS
+    from autotune.spec import StudySpec
+
+    knobs, study = [], []
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        if key not in KNOBS and ("." in key or key in StudySpec.model_fields):
+            study.append(item)
+        else:
+            knobs.append(item)
+    return knobs, study
 
 
 @main.command()
@@ -163,6 +224,10 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
     """Run (or resume) a study: baseline, search, confirmation, then the chosen configuration.
 
     Running the same command again continues the study where it stopped.
+
+    Exit status: 0 with a chosen configuration; 1 when no trial completed or none is feasible, or when
+    the study stopped early because its workload is broken (the same error in the baseline and the
+    next trials); 2 for bad input; 130/143 when interrupted (rerun to continue).
     """
     from autotune.console import RunView, print_summary
     from autotune.spec import load_spec
@@ -179,7 +244,9 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
         sys.exit(stop.exit_code)
     finally:
         view.stop()
-    print_summary(console, summary)
+    print_summary(console, summary, spec)
+    if summary.best_config is None:
+        sys.exit(1)
 
 
 def _storage_override(storage: str | None, sets: tuple[str, ...]) -> list[str]:

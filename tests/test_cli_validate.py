@@ -21,16 +21,27 @@ from autotune.spec import Choices, Fixed, IntRange, load_spec, read_yaml
 from autotune.summary import render_summary
 
 WORKLOAD_PY = """\
+import torch
+from torch import nn
+
 import autotune
 
 
-class Block:
-    pass
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + torch.relu(self.fc(x))
 
 
 def build(hidden=8, depth=2):
+    width = min(hidden, 16)
     return autotune.Workload(
-        model=lambda: None, dataset=lambda: [], loss=lambda m, b: 0.0,
+        model=lambda: nn.Sequential(*[Block(width) for _ in range(depth)], nn.Linear(width, 1)),
+        dataset=lambda: torch.utils.data.TensorDataset(torch.randn(64, width), torch.randn(64, 1)),
+        loss=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]),
         base_lr=2e-3, base_batch_size=32, checkpoint_modules=(Block,),
     )
 """
