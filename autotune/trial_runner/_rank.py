@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -27,7 +28,9 @@ def redirect_output(trial_dir: Path, rank: int) -> IO[str]:
 
 
 def write_pid(trial_dir: Path, rank: int) -> None:
+    """rank<N>.pid (as this node numbers its processes) and rank<N>.host (the node's hostname)."""
     (trial_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
+    (trial_dir / f"rank{rank}.host").write_text(socket.gethostname())
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
@@ -108,7 +111,7 @@ def write_error(trial_dir: Path, rank: int, error: BaseException) -> None:
         "kind": classify(error),
         "type": type(error).__name__,
         "message": str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__,
-        "lines": flat[-15:],
+        "lines": flat[-60:],  # room for the user's frame under a library's (shown first by the CLI)
         "time": time.time(),
     }
     folder = trial_dir / ERRORS_DIR

@@ -151,7 +151,7 @@ def test_a_study_file_that_is_not_there(tmp_path: Path, what: str) -> None:
                                "of 8; use a smaller batch_size or a larger dataset"),
         ("build_no_parameters", "rank 0: ValueError: the workload's model has no trainable parameters"),
         ("build_model_raises", "rank 0: RuntimeError: checkpoint /weights/model.pt not found"),
-        ("build_loss_returns_float", "rank 0: TypeError: the workload's loss returned float, not a scalar tensor"),
+        ("build_loss_returns_float", "rank 0: TypeError: Workload.loss returned a Python float, not a tensor"),
     ],
     ids=["tiny_dataset", "no_parameters", "model_raises", "loss_returns_float"],
 )
@@ -161,7 +161,7 @@ def test_a_workload_that_fails_in_its_ranks_is_a_clear_trial_outcome(
     sd = make_study(f"wl-{entrypoint.replace('_', '-')}", entrypoint=f"chaos.py:{entrypoint}",
                     trial={"warmup_steps": 1, "max_steps": 4})
     out = sd.autotune("run", "study.yaml", "--n-trials", "1", timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr  # nothing usable: scripts can tell
     assert "Traceback" not in out.stdout + out.stderr
     assert "no trial completed: nothing to recommend" in out.stdout
     (trial,) = sd.load().trials
