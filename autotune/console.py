@@ -263,11 +263,26 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     table.add_column("baseline", justify="right")
     table.add_column("best", justify="right")
     spread = f", spread {best.spread:.0%}" if len(best.values) > 1 else ""
-    table.add_row(
-        "throughput (samples/s, median)",
-        fmt(base.median if base else None, ",.0f"),
-        f"{best.median:,.0f} (n={len(best.values)}{spread})",
-    )
+    metric = _first_metric(summary, spec)
+    if metric == "time_to_loss_s":  # the score first, then the throughput behind it
+        table.add_row(
+            "time to target loss (s, median)", fmt(base.median if base else None, ".3g"),
+            f"{best.median:.3g} (n={len(best.values)}{spread})",
+        )
+        table.add_row(
+            "throughput (samples/s, median)", fmt(_group_attr(summary.study, base, "throughput_samples_s"), ",.0f"),
+            fmt(_group_attr(summary.study, best, "throughput_samples_s"), ",.0f"),
+        )
+        table.add_row(
+            "samples to target loss", fmt(_group_attr(summary.study, base, "time_to_loss_samples"), ",.0f"),
+            fmt(_group_attr(summary.study, best, "time_to_loss_samples"), ",.0f"),
+        )
+    else:
+        table.add_row(
+            "throughput (samples/s, median)",
+            fmt(base.median if base else None, ",.0f"),
+            f"{best.median:,.0f} (n={len(best.values)}{spread})",
+        )
     table.add_row(
         "peak memory (MB)", fmt(base.peak_memory_mb if base else None, ",.0f"), fmt(best.peak_memory_mb, ",.0f")
     )
@@ -290,12 +305,59 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{' (confirmed by re-runs)' if summary.confirmed else ''}[/]")
+    if metric == "time_to_loss_s":
+        from autotune.objectives._time_to_loss import explain_choice
+
+        explanation = explain_choice(_time_to_loss_rows(summary.study), best.config_key)
+        if explanation:
+            console.print(explanation)
     if summary.default_is_best:
         console.print("[bold]the default configuration is the best measured[/]: nothing beat the baseline by more "
                       "than the measured spread; keep your defaults")
     elif summary.speedup is not None:
         console.print(f"[bold green]speedup: {summary.speedup:.2f}x[/] the baseline's throughput "
                       f"({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
+
+
+def _first_metric(summary: Any, spec: Any) -> str:
+    """The stored name of the study's first objective (``throughput_samples_s``, ``time_to_loss_s``...)."""
+    if spec is not None:
+        return str(spec.objectives[0].key)
+    with contextlib.suppress(Exception):
+        names = summary.study.metric_names
+        if names:
+            return str(names[0])
+    return "throughput_samples_s"
+
+
+def _group_attr(study: Any, group: Any, name: str) -> float | None:
+    """The median of a user attribute over a group's trials (None when no trial has it)."""
+    if group is None:
+        return None
+    import statistics
+
+    trials = study.get_trials(deepcopy=False)
+    values = [v for n in group.trials if n < len(trials) and isinstance(v := trials[n].user_attrs.get(name), (int, float))]
+    return statistics.median(values) if values else None
+
+
+def _time_to_loss_rows(study: Any) -> list[Any]:
+    """Every feasible complete trial with a time to loss, as explain_choice reads them."""
+    from autotune.objectives._time_to_loss import TimeToLossRow
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if a.get("outcome") != "complete" or a.get("time_to_loss_s") is None or "config" not in a:
+            continue
+        if not all(v <= 0 for v in t.constraints.values()):
+            continue
+        rows.append(TimeToLossRow(
+            trial=t.number, config_key=str(a.get("config_key", "")), global_batch=int(a["config"]["global_batch"]),
+            throughput_samples_s=float(a.get("throughput_samples_s") or 0.0), seconds=float(a["time_to_loss_s"]),
+            samples=float(a.get("time_to_loss_samples") or 0.0), status=str(a.get("time_to_loss_status")),
+        ))
+    return rows
 
 
 def _hp_value(value: Any) -> str:

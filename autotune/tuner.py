@@ -27,6 +27,7 @@ import psutil
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import broken_workload
 from autotune.errors import LaunchError
 from autotune.objectives import (
     Choice,
@@ -38,9 +39,9 @@ from autotune.objectives import (
     is_reference,
     objective_values,
     pareto_front,
-    window_value,
 )
 from autotune.objectives import measured_groups as _measured_groups
+from autotune.objectives._time_to_loss import running_value, time_to_loss_attrs
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
 from autotune.study import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, open_study, study_lock
@@ -217,6 +218,7 @@ class Tuner:
                     if trial is not None:
                         index += 1
                         self.run_one(study, launcher, index=index, target=target, trial=trial)
+                        broken_workload.check(study, self.spec.source)  # the same crash each time: stop
                     done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
                 # One worker confirms; the others leave it the study (their summary is not confirmed yet).
                 with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
@@ -399,6 +401,8 @@ class Tuner:
             dist = distributions[name]
             if isinstance(dist, optuna.distributions.IntDistribution):
                 trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
+            elif isinstance(dist, optuna.distributions.FloatDistribution):  # hp.<name> ranges
+                trial.suggest_float(name, dist.low, dist.high, log=dist.log, step=dist.step)
             elif isinstance(dist, optuna.distributions.CategoricalDistribution):
                 trial.suggest_categorical(name, list(dist.choices))
 
@@ -410,9 +414,10 @@ class Tuner:
         if len(objectives) == 1:
             objective = objectives[0]
             prune = prune and self.spec.pruner.name != "none"
+            value_of = running_value(objective)  # time_to_loss: the estimate from the windows so far
 
             def single(window: Window) -> bool:
-                trial.report(window_value(window, objective), self._report_step(window))
+                trial.report(value_of(window), self._report_step(window))
                 return prune and bool(trial.should_prune())
 
             return single
@@ -428,8 +433,10 @@ class Tuner:
             if is_reference(t)
         ]
 
+        values_of = [running_value(o) for o in objectives]
+
         def multi(window: Window) -> bool:
-            values = [window_value(window, o) for o in objectives]
+            values = [value_of(window) for value_of in values_of]
             return rule.should_prune(window.step, values, finished)
 
         return multi
@@ -451,6 +458,9 @@ class Tuner:
             "time_to_first_step_s": _clean(result.time_to_first_step_s),
             "wall_s": round(result.wall_s, 3),
             "training_s": round(result.training_s, 4),
+            "compile_s": _clean(result.compile_s),
+            "threads_per_rank": result.threads_per_rank,
+            "hosts": result.hosts,
             "steps": result.steps,
             "samples": result.samples,
             "windows": [
@@ -460,6 +470,7 @@ class Tuner:
             "trial_dir": result.trial_dir,
             "error_lines": result.error_lines[-15:],
         }
+        attrs.update(time_to_loss_attrs(result, self.spec))
         for name, value in attrs.items():
             trial.set_user_attr(name, value)
         self._attach_artifacts(study, trial, result)
@@ -609,6 +620,8 @@ def _clean(value: float | None) -> float | None:
 def _window_values(window: Sequence[Any], spec: StudySpec) -> list[float] | None:
     """A stored window's objective values, or None when one was not measured (it then cannot compare)."""
     index = {"throughput_samples_s": 1, "peak_memory_mb": 2, "loss": 3}
+    if any(o.key not in index for o in spec.objectives):
+        return None  # time_to_loss is not stored per window: such a finished trial is not compared
     values = [window[index[o.key]] for o in spec.objectives]
     return None if any(v is None for v in values) else [float(v) for v in values]
 
