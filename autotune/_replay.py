@@ -1,0 +1,130 @@
+"""Replaying recorded or known trials through the real :class:`~autotune.tuner.Tuner`.
+
+The seam is ``Tuner(run_trial=...)``: where a live study launches a trial and monitors it, a replay takes
+the trial's measurements from a landscape (a function of the configuration) and hands them to the
+monitor's callbacks window by window, as the monitor does. Everything else — the study, the sampler,
+the pruner, the baseline, confirmation, telling, choosing — is the live study's code. Benchmarks
+(benchmarks/search_efficiency.py) and tests of the defaults use it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import LaunchError
+from autotune.search_space import TrialConfig
+from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window
+
+__all__ = ["Measured", "NoLaunch", "replay_runner"]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a configuration measures in the landscape.
+
+    ``throughput_samples_s`` is its steady throughput; ``peak_memory_mb`` its memory at the first measured
+    window, growing by ``memory_growth_mb`` per window after that; ``outcome`` a failure to end with
+    (crashed, timeout, hang) after ``fail_after_windows`` windows; ``overhead_s`` the seconds of a trial
+    not spent training (launch, import, teardown).
+    """
+
+    throughput_samples_s: float
+    peak_memory_mb: float = 100.0
+    loss: float = 1.0
+    memory_growth_mb: float = 0.0
+    outcome: Outcome = Outcome.COMPLETE
+    fail_after_windows: int = 0
+    overhead_s: float = 2.0
+
+
+Landscape = Callable[[TrialConfig, int], Measured]  # (config, how many times it was measured before)
+
+
+class NoLaunch(Launcher):
+    """The launcher of a replay: nothing is ever launched."""
+
+    name = "replay"
+
+    def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
+        raise LaunchError("a replayed study launches nothing; give Tuner(run_trial=replay_runner(...))")
+
+
+def replay_runner(landscape: Landscape) -> Callable[..., TrialResult]:
+    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``.
+
+    The windows are those of the study file's trial section (one every ``trial.window()`` steps after the
+    warm-up, to ``max_steps``, or to ``trial.samples``); each goes to ``on_window`` (True: pruned), and a
+    peak over ``max_memory_mb`` ends the trial as oom, as the monitor does.
+    """
+    seen: dict[str, int] = {}
+
+    def run(
+        plan: TrialPlan,
+        trial_dir: Path,
+        launcher: Launcher,
+        *,
+        max_memory_mb: float | None = None,
+        on_window: Callable[[Window], bool] | None = None,
+        on_tick: Callable[[float, list[Window]], None] | None = None,
+        **_: Any,
+    ) -> TrialResult:
+        config = plan.config
+        key = config.model_dump_json()
+        m = landscape(config, seen.get(key, 0))
+        seen[key] = seen.get(key, 0) + 1
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        plan.write(trial_dir)
+        limits = plan.limits
+        max_steps = limits.max_steps
+        if limits.samples is not None:
+            max_steps = min(max_steps, max(limits.warmup_steps + 1, -(-limits.samples // config.global_batch)))
+        step_s = config.global_batch / m.throughput_samples_s if m.throughput_samples_s > 0 else 1.0
+        windows: list[Window] = []
+        outcome, reason = Outcome.COMPLETE, f"finished {max_steps} steps"
+        steps = list(range(limits.warmup_steps + limits.window(), max_steps + 1, limits.window()))
+        if not steps or steps[-1] != max_steps:
+            steps.append(max_steps)
+        for i, step in enumerate(steps):
+            if m.outcome is not Outcome.COMPLETE and i >= m.fail_after_windows:
+                outcome, reason = m.outcome, f"replayed {m.outcome.value} after {i} windows"
+                break
+            peak = m.peak_memory_mb + m.memory_growth_mb * i
+            window = Window(
+                step=step,
+                samples=step * config.global_batch,
+                elapsed_s=m.overhead_s / 2 + step * step_s,
+                window_throughput_samples_s=m.throughput_samples_s,
+                throughput_samples_s=m.throughput_samples_s,
+                loss=m.loss,
+                peak_memory_mb=peak,
+                time_to_first_step_s=m.overhead_s / 2,
+            )
+            windows.append(window)
+            if on_window is not None and on_window(window):
+                outcome, reason = Outcome.PRUNED, f"pruned at step {step}"
+                break
+            if max_memory_mb is not None and peak > max_memory_mb:
+                outcome = Outcome.OOM
+                reason = f"rank 0 used {peak:.0f} MB, over the budget of {max_memory_mb:.0f} MB"
+                break
+            if on_tick is not None:
+                on_tick(window.elapsed_s, windows)
+        result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir))
+        result.windows = windows
+        if windows:
+            last = windows[-1]
+            result.throughput_samples_s = last.throughput_samples_s
+            result.loss = last.loss
+            result.peak_memory_mb = max(w.peak_memory_mb for w in windows)
+            result.steps, result.samples = last.step, last.samples
+            result.time_to_first_step_s = last.time_to_first_step_s
+            result.training_s = (last.step - limits.warmup_steps) * step_s
+        result.wall_s = m.overhead_s + (windows[-1].step if windows else limits.warmup_steps) * step_s
+        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+        return result
+
+    return run
