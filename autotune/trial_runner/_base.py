@@ -47,6 +47,12 @@ class RunHandle(abc.ABC):
         """A short human account of how the launcher saw the ranks end (e.g. 'rank 1 killed by SIGSEGV')."""
         return ""
 
+    def diagnose(self) -> str:
+        """Called when the monitor is about to end a run that stopped making progress (hang, timeout), before
+        ``terminate``: a cause the launcher knows and the ranks cannot report, e.g. a node that is gone
+        (``node NAME: ...``), which makes the trial crashed rather than hung. '' when it knows none."""
+        return ""
+
 
 class Launcher(abc.ABC):
     """Starts trials. One instance serves a whole study.

@@ -41,6 +41,16 @@ def trial_environment(plan: TrialPlan, extra: dict[str, str] | None = None) -> d
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // plan.config.world_size)))
     env.update(extra or {})
+    return with_trial_env(env, plan)
+
+
+def with_trial_env(env: dict[str, str], plan: TrialPlan) -> dict[str, str]:
+    """``env`` with the trial's own variables on top: the study's ``env:`` values, and the thread count of a
+    ``threads_per_rank`` that is a number (it overrides the launcher's and the user's OMP/MKL settings)."""
+    env.update(plan.config.env)
+    threads = plan.config.threads_per_rank
+    if isinstance(threads, int):
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
 
 

@@ -17,6 +17,7 @@ from autotune.errors import LaunchError
 from autotune.spec import TrialLimits
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._plan import (
+    APPLIED_FILE,
     DONE_FILE,
     ERRORS_DIR,
     HEARTBEAT_FILE,
@@ -183,9 +184,37 @@ def _log_tail(trial_dir: Path, rank: int, lines: int = 12) -> list[str]:
     return found[-lines:]
 
 
+def rank_hosts(trial_dir: Path) -> list[str]:
+    """The hostname each rank ran on, by rank (its rank<N>.host); "" for a rank that never started."""
+    hosts: dict[int, str] = {}
+    for path in trial_dir.glob("rank*.host"):
+        with contextlib.suppress(ValueError, OSError):
+            hosts[int(path.stem.removeprefix("rank"))] = path.read_text().strip()
+    return [hosts.get(rank, "") for rank in range(max(hosts) + 1)] if hosts else []
+
+
+def _rank_on_host(trial_dir: Path) -> Callable[[object], str]:
+    """``rank N``, and ``rank N on HOST`` when the trial's ranks ran on more than one host."""
+    hosts = rank_hosts(trial_dir)
+    several = len({h for h in hosts if h}) > 1
+
+    def name(rank: object) -> str:
+        index = int(rank) if isinstance(rank, (int, str)) and str(rank).isdigit() else -1
+        if several and 0 <= index < len(hosts) and hosts[index]:
+            return f"rank {rank} on {hosts[index]}"
+        return f"rank {rank}"
+
+    return name
+
+
 def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, list[str], dict[str, Any] | None]:
-    """How a run that ended by itself went: (outcome, reason, error lines, done.json or None)."""
+    """How a run that ended by itself went: (outcome, reason, error lines, done.json or None).
+
+    A launcher's account that names a node (``node K (HOST): ...``, a multi-node launcher's) is the cause
+    of whatever the ranks recorded afterwards; a rank's is named with its host when ranks ran on several.
+    """
     done = _read_json(trial_dir / DONE_FILE)
+    who = _rank_on_host(trial_dir)
     errors = []
     for path in sorted((trial_dir / ERRORS_DIR).glob("rank*.json")):
         record = _read_json(path)
@@ -199,30 +228,35 @@ def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, lis
     oom = [e for e in errors if e.get("kind") == "oom"]
     if oom:
         e = oom[0]
-        return Outcome.OOM, f"rank {e['rank']}: out of memory", e.get("lines", []), done
+        return Outcome.OOM, f"{who(e['rank'])}: out of memory", e.get("lines", []), done
     first = exit_summary.split(";")[0]
+    if first.startswith("node "):  # a node failed (left the step, lost its slurmd, cannot reach node 0)
+        return Outcome.CRASHED, first, _launcher_tail(trial_dir), done
     crash_signal = "killed by" in first and not first.endswith(("SIGTERM", "SIGINT", "SIGHUP"))
     if crash_signal:  # SIGSEGV and the like: the cause, whatever the other ranks recorded afterwards
         rank = int(first.split("rank ", 1)[1].split()[0])
-        return Outcome.CRASHED, first, _log_tail(trial_dir, rank), done
+        return Outcome.CRASHED, first.replace(f"rank {rank}", who(rank), 1), _log_tail(trial_dir, rank), done
     primary = [e for e in errors if e.get("kind") not in ("peer", "timeout")]
     if primary:
         e = primary[0]
-        return Outcome.CRASHED, f"rank {e['rank']}: {e['type']}: {e['message']}", e.get("lines", []), done
+        return Outcome.CRASHED, f"{who(e['rank'])}: {e['type']}: {e['message']}", e.get("lines", []), done
     timeouts = [e for e in errors if e.get("kind") == "timeout"]
     if timeouts:
         e = timeouts[0]
-        return Outcome.HANG, f"rank {e['rank']}: a collective timed out", e.get("lines", []), done
+        return Outcome.HANG, f"{who(e['rank'])}: a collective timed out", e.get("lines", []), done
     if errors:
         e = errors[0]
-        return Outcome.CRASHED, f"rank {e['rank']}: {e['type']}: {e['message']}", e.get("lines", []), done
+        return Outcome.CRASHED, f"{who(e['rank'])}: {e['type']}: {e['message']}", e.get("lines", []), done
     if isinstance(done, dict):
         return Outcome(done.get("outcome", "complete")), str(done.get("reason", "")), [], done
     reason = exit_summary or "the run ended without a result"
-    lines: list[str] = []
+    return Outcome.CRASHED, reason, _launcher_tail(trial_dir), done
+
+
+def _launcher_tail(trial_dir: Path, lines: int = 12) -> list[str]:
     with contextlib.suppress(OSError):
-        lines = (trial_dir / "launcher.err").read_text(errors="replace").splitlines()[-12:]
-    return Outcome.CRASHED, reason, lines, done
+        return (trial_dir / "launcher.err").read_text(errors="replace").splitlines()[-lines:]
+    return []
 
 
 def run_trial(
@@ -270,6 +304,10 @@ def run_trial(
             on_tick=on_tick,
             poll_s=poll_s,
         ).watch()
+        if verdict.outcome in (Outcome.HANG, Outcome.TIMEOUT):
+            cause = handle.diagnose()
+            if cause:  # a lost node, not a hang of the training
+                verdict.outcome, verdict.reason = Outcome.CRASHED, f"{cause}; {verdict.reason}"
     finally:
         handle.terminate(grace_s)
     wall = time.monotonic() - started
@@ -282,7 +320,8 @@ def run_trial(
         outcome, reason = verdict.outcome, verdict.reason
     else:
         outcome, reason, error_lines, done = classify_exit(trial_dir, handle)
-    result = TrialResult(outcome=outcome, reason=reason, wall_s=wall, trial_dir=str(trial_dir))
+    result = TrialResult(outcome=outcome, reason=reason, wall_s=wall, trial_dir=str(trial_dir),
+                         hosts=rank_hosts(trial_dir))
     result.error_lines = error_lines
     result.windows = windows
     if windows:
@@ -310,9 +349,28 @@ def run_trial(
         )
     if verdict.observed_peak_mb:
         result.peak_memory_mb = max(result.peak_memory_mb or 0.0, round(verdict.observed_peak_mb, 2))
+    _knob_facts(result, plan, trial_dir)
     with contextlib.suppress(OSError):
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
     return result
+
+
+def _knob_facts(result: TrialResult, plan: TrialPlan, trial_dir: Path) -> None:
+    """What rank 0 recorded of the knobs it applied: compile_s and the resolved threads_per_rank. A trial
+    stopped by max_seconds while torch.compile still compiled says so in its reason."""
+    applied = _read_json(trial_dir / APPLIED_FILE)
+    applied = applied if isinstance(applied, dict) else {}
+    if isinstance(applied.get("compile_s"), (int, float)):
+        result.compile_s = float(applied["compile_s"])
+    threads = applied.get("threads_per_rank")
+    if isinstance(threads, dict) and isinstance(threads.get("resolved"), int):
+        result.threads_per_rank = threads["resolved"]
+    mode = plan.config.compile
+    if result.outcome is Outcome.TIMEOUT and mode != "off" and result.compile_s is None:
+        result.reason += (
+            f"; torch.compile (compile: {mode}) was still compiling the first steps: raise trial.max_seconds "
+            "for compiled trials or search compile: off"
+        )
 
 
 def _window_samples(windows: list[Window], global_batch: int, warmup: int) -> list[tuple[Window, int]]:

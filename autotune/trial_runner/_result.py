@@ -55,6 +55,9 @@ class TrialResult:
     wall_s: float = 0.0  # launch -> every process of the trial gone
     training_s: float = 0.0  # time inside measured (post-warm-up) steps, the slowest rank's
     training_span_s: float = 0.0  # the training loop's wall-clock span, warm-up included (rank 0)
+    compile_s: float | None = None  # torch.compile's time in the first step (never inside throughput)
+    threads_per_rank: int | None = None  # the intra-op threads each rank ran with (auto resolved)
+    hosts: list[str] = field(default_factory=list)  # the hostname each rank ran on, by rank
     windows: list[Window] = field(default_factory=list)
     error_lines: list[str] = field(default_factory=list)
     trial_dir: str = ""
