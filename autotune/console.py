@@ -337,25 +337,30 @@ def _group_attr(study: Any, group: Any, name: str) -> float | None:
     import statistics
 
     trials = study.get_trials(deepcopy=False)
-    values = [v for n in group.trials if n < len(trials) and isinstance(v := trials[n].user_attrs.get(name), (int, float))]
+    values = [
+        v for n in group.trials
+        if n < len(trials) and isinstance(v := trials[n].user_attrs.get(name), (int, float))
+    ]
     return statistics.median(values) if values else None
 
 
 def _time_to_loss_rows(study: Any) -> list[Any]:
-    """Every feasible complete trial with a time to loss, as explain_choice reads them."""
+    """Every feasible complete or pruned trial with a time to loss, as explain_choice reads them."""
     from autotune.objectives._time_to_loss import TimeToLossRow
 
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
-        if a.get("outcome") != "complete" or a.get("time_to_loss_s") is None or "config" not in a:
+        if a.get("outcome") not in ("complete", "pruned") or a.get("time_to_loss_s") is None or "config" not in a:
             continue
         if not all(v <= 0 for v in t.constraints.values()):
             continue
+        losses = tuple((int(w[0]), float(w[3])) for w in a.get("windows", []) if w[3] is not None)
         rows.append(TimeToLossRow(
-            trial=t.number, config_key=str(a.get("config_key", "")), global_batch=int(a["config"]["global_batch"]),
-            throughput_samples_s=float(a.get("throughput_samples_s") or 0.0), seconds=float(a["time_to_loss_s"]),
-            samples=float(a.get("time_to_loss_samples") or 0.0), status=str(a.get("time_to_loss_status")),
+            trial=t.number, config_key=str(a.get("config_key", "")), outcome=str(a["outcome"]),
+            global_batch=int(a["config"]["global_batch"]),
+            throughput_samples_s=float(a.get("throughput_samples_s") or 0),
+            seconds=float(a["time_to_loss_s"]), status=str(a.get("time_to_loss_status")), losses=losses,
         ))
     return rows
 

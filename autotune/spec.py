@@ -7,6 +7,7 @@ reported as one :class:`~autotune.errors.StudyFileError` line naming the file, t
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -53,7 +54,7 @@ __all__ = [
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
-Metric = Literal["throughput", "peak_memory_mb", "loss"]
+Metric = Literal["throughput", "peak_memory_mb", "loss", "time_to_loss"]
 Direction = Literal["maximize", "minimize"]
 SamplerName = Literal["tpe", "gp", "nsga2", "random", "grid", "cmaes", "qmc"]
 PrunerName = Literal["best", "median", "percentile", "hyperband", "successive_halving", "none"]
@@ -63,8 +64,11 @@ METRIC_KEYS: dict[str, str] = {
     "throughput": "throughput_samples_s",
     "peak_memory_mb": "peak_memory_mb",
     "loss": "loss",
+    "time_to_loss": "time_to_loss_s",
 }
-_NATURAL_DIRECTION = {"throughput": "maximize", "peak_memory_mb": "minimize", "loss": "minimize"}
+_NATURAL_DIRECTION = {
+    "throughput": "maximize", "peak_memory_mb": "minimize", "loss": "minimize", "time_to_loss": "minimize"
+}
 
 
 # --------------------------------------------------------------------------------------------- knobs
@@ -537,13 +541,24 @@ class ObjectiveSpec(BaseModel):
     """One objective: a metric and its direction."""
 
     model_config = _STRICT
-    metric: Metric = Field(description="throughput (samples/s) | peak_memory_mb | loss")
+    metric: Metric = Field(
+        description="throughput (samples/s) | peak_memory_mb | loss | time_to_loss (seconds to target:)"
+    )
     direction: Direction | None = Field(
         None, description="maximize | minimize (default: the metric's natural)"
+    )
+    target: float | None = Field(
+        None, description="time_to_loss: the training loss to reach; seconds of training to reach it are scored"
     )
 
     @model_validator(mode="after")
     def _natural(self) -> ObjectiveSpec:
+        if self.metric == "time_to_loss" and self.target is None:
+            raise ValueError("time_to_loss needs target: the loss to reach, e.g. {metric: time_to_loss, target: 0.5}")
+        if self.metric != "time_to_loss" and self.target is not None:
+            raise ValueError(f"target only applies to metric time_to_loss, not {self.metric}; remove it")
+        if self.target is not None and not math.isfinite(self.target):
+            raise ValueError(f"target: {self.target} is not a finite number; give the loss to reach")
         natural = _NATURAL_DIRECTION[self.metric]
         if self.direction is None:
             object.__setattr__(self, "direction", natural)
@@ -599,8 +614,12 @@ class PrunerSpec(BaseModel):
 
 class BudgetSpec(BaseModel):
     model_config = _STRICT
-    n_trials: int | None = Field(20, ge=1, description="trials to run (the baseline included)")
-    timeout_s: float | None = Field(None, gt=0, description="stop starting trials after this many seconds")
+    n_trials: int | None = Field(
+        20, ge=1, description="trials to run (the baseline included); null: no limit (until timeout_s or Ctrl-C)"
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="seconds for the search and the confirmation runs together; null: no limit"
+    )
 
 
 class ConfirmSpec(BaseModel):

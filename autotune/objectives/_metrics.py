@@ -18,7 +18,13 @@ def metric_value(result: TrialResult, objective: ObjectiveSpec) -> float | None:
     None when the metric was not measured (the trial ended before its first window) or is not a finite
     number, which Optuna would refuse as an objective value.
     """
-    value = result.metrics()[objective.key]
+    if objective.metric == "time_to_loss":  # from the loss curve and the throughput (_time_to_loss.py)
+        from autotune.objectives._time_to_loss import result_time_to_loss
+
+        estimate = result_time_to_loss(result, float(objective.target or 0.0))
+        value = estimate.seconds if estimate is not None else None
+    else:
+        value = result.metrics()[objective.key]
     if value is None or not math.isfinite(value):
         return None
     return float(value)
