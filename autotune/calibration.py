@@ -111,8 +111,46 @@ class Calibration:
         return kwargs
 
     def ddp_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``DistributedDataParallel`` (add ``device_ids`` on CUDA)."""
-        return {"bucket_cap_mb": self.config.bucket_cap_mb}
+        """Keyword arguments for ``DistributedDataParallel`` (add ``device_ids`` on CUDA); empty when the
+        chosen ``sharding`` is fsdp (use :meth:`apply_sharding` instead of DDP)."""
+        cfg = self.config
+        if cfg.sharding != "ddp":
+            return {}
+        return {
+            "bucket_cap_mb": cfg.bucket_cap_mb,
+            "gradient_as_bucket_view": bool(cfg.gradient_as_bucket_view),
+            "static_graph": bool(cfg.static_graph),
+        }
+
+    def apply_compile(self, model: Any) -> Any:
+        """``model.compile(mode=...)`` in place when ``compile`` was chosen (before DDP/FSDP wrap it, as the
+        trials did); returns the model."""
+        if self.config.compile != "off":
+            model.compile(mode=self.config.compile)
+        return model
+
+    def apply_sharding(self, model: Any, module_types: Iterable[type] = ()) -> Any:
+        """With ``sharding: fsdp``/``fsdp_no_reshard``: FSDP2 ``fully_shard`` on every module of
+        ``module_types`` (the workload's shard_modules), then the root, amp as its MixedPrecisionPolicy —
+        as the trials did; call it after the process group is initialised. With ``ddp``: the model as is
+        (wrap it in DDP with :meth:`ddp_kwargs`)."""
+        if self.config.sharding == "ddp":
+            return model
+        import torch
+
+        from autotune.trial_runner._training import _shard
+
+        device = torch.device(self.config.device)
+        _shard(model, tuple(module_types), self.config, device)
+        return model
+
+    def env(self) -> dict[str, str]:
+        """The environment the trials ran with: the study's ``env:`` values and, for a ``threads_per_rank``
+        number, OMP_NUM_THREADS/MKL_NUM_THREADS. Set it before the ranks start (torchrun's environment)."""
+        out = dict(self.config.env)
+        if isinstance(self.config.threads_per_rank, int):
+            out["OMP_NUM_THREADS"] = out["MKL_NUM_THREADS"] = str(self.config.threads_per_rank)
+        return out
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The autocast context of the chosen AMP mode (a no-op context when AMP is off)."""
@@ -150,14 +188,36 @@ class Calibration:
         return model
 
     def torch_threads(self) -> int:
-        """Intra-op threads per rank on CPU, as the trials used them."""
+        """Intra-op threads per rank, as the trials used them: the ``threads_per_rank`` number, or for
+        ``auto`` the rank's share of this machine's cores less its DataLoader workers."""
         from autotune.trial_runner._training import compute_threads
 
+        if isinstance(self.config.threads_per_rank, int):
+            return self.config.threads_per_rank
         return compute_threads(self.config.world_size, self.config.num_workers)
 
     def torchrun_args(self) -> list[str]:
         """Arguments for torchrun on one machine: ``["--nproc-per-node=W"]``."""
         return [f"--nproc-per-node={self.config.world_size}"]
+
+    def to_hf_training_arguments(self) -> dict[str, Any]:
+        """Keyword arguments for ``transformers.TrainingArguments``: per-device batch, gradient accumulation,
+        learning rate, DataLoader workers/prefetch/pin memory, bf16/fp16, gradient checkpointing,
+        ``ddp_bucket_cap_mb``, compile and FSDP. Add ``output_dir`` and the rest of yours; start the script
+        with ``torchrun`` and :meth:`torchrun_args` for the chosen ranks. Needs ``autotune[hf]`` to use."""
+        from autotune._integrations import hf_training_arguments
+
+        return hf_training_arguments(self.config)
+
+    def to_lightning(self) -> dict[str, Any]:
+        """``{"trainer": ..., "dataloader": ..., "lr": ...}``: keyword arguments of ``lightning.Trainer``
+        (precision, accumulate_grad_batches, devices, accelerator, strategy — a ``DDPStrategy`` with the
+        chosen bucket size for several ranks), of your ``DataLoader``, and the learning rate for
+        ``configure_optimizers``. Activation checkpointing: :meth:`apply_activation_checkpointing` in
+        ``configure_model``. Needs ``autotune[lightning]`` for several ranks."""
+        from autotune._integrations import lightning_kwargs
+
+        return lightning_kwargs(self.config, self.dataloader_kwargs())
 
     def to_json(self) -> str:
         """The configuration as JSON (for passing to ranks, e.g. through an environment variable)."""
@@ -201,12 +261,24 @@ def _resolve(study: str | os.PathLike[str] | StudySpec, overrides: Mapping[str, 
     if isinstance(study, StudySpec):
         if not sets:
             return study
-        document = study.model_dump(mode="json", exclude_none=True)
+        document = _as_document(study.model_dump(mode="json", exclude_unset=True))
         spec = parse_spec(document, source=study.source, base_dir=study.base_dir, overrides=sets)
         return spec
     if isinstance(study, (str, os.PathLike)):
         return load_spec(Path(study), overrides=sets)
     raise UsageError(f"calibrate() takes a study file path or a StudySpec, not {type(study).__name__}")
+
+
+def _as_document(dumped: Any) -> Any:
+    """A dumped StudySpec as the study file it came from: a fixed knob (``{"value": v}``) is the plain ``v``
+    again. Only keys the file set are dumped, so an explicit null (``budget.n_trials: null``) stays null."""
+    if isinstance(dumped, dict):
+        if set(dumped) == {"value"}:
+            return _as_document(dumped["value"])
+        return {k: _as_document(v) for k, v in dumped.items()}
+    if isinstance(dumped, list):
+        return [_as_document(v) for v in dumped]
+    return dumped
 
 
 def _refuse_inside_a_rank() -> None:
