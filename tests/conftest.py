@@ -97,7 +97,8 @@ def _slurm_present() -> bool:
 CHROMIUM = Path("/usr/bin/chromium")
 REAL_PARTS: dict[str, RealPart] = {
     "postgresql": RealPart("PostgreSQL", ("postgresql",), _postgres_present, ("postgres_server",)),
-    "slurm": RealPart("SLURM", ("slurmctld", "slurmd", "slurm-client", "munge"), _slurm_present, ("slurm_cluster",)),
+    "slurm": RealPart("SLURM", ("slurmctld", "slurmd", "slurm-client", "munge"), _slurm_present,
+                      ("slurm_cluster", "netns_cluster")),
     "chromium": RealPart("Chromium", ("chromium",), CHROMIUM.exists, recommends=True),
 }
 SKIP_REAL = "AUTOTUNE_TEST_SKIP_REAL"
