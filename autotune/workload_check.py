@@ -109,11 +109,10 @@ def describe_bad_loss(loss: Any) -> str | None:
             "(e.g. .mean(), or reduction='mean' in the loss function)"
         )
     kind = type(loss).__name__
-    inner = getattr(loss, "loss", None)
-    if inner is None and isinstance(loss, Mapping):
-        inner = loss.get("loss")
-    if isinstance(inner, torch.Tensor):
+    if isinstance(getattr(loss, "loss", None), torch.Tensor):  # a Hugging Face ModelOutput
         return f"Workload.loss returned a {kind}, not a scalar tensor; return its .loss (e.g. model(**batch).loss)"
+    if isinstance(loss, Mapping) and isinstance(loss.get("loss"), torch.Tensor):
+        return f"Workload.loss returned a {kind}, not a scalar tensor; return its ['loss']"
     if isinstance(loss, (tuple, list)) and loss and isinstance(loss[0], torch.Tensor) and loss[0].numel() == 1:
         return f"Workload.loss returned a {kind}, not a scalar tensor; return its first element ([0])"
     if isinstance(loss, (int, float)):
@@ -234,10 +233,10 @@ def knobs_not_decided(spec: StudySpec) -> list[str]:
     return ["lr_scaling"] if knob is not None and len(set(_values(knob))) > 1 else []
 
 
-def native_bf16() -> bool | None:
+def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     """Whether this CPU has native bf16 (AVX512_BF16 or AMX); None when /proc/cpuinfo cannot be read."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), None)
     except OSError:
         return None
