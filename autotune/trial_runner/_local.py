@@ -22,6 +22,7 @@ from autotune.trial_runner._plan import TrialPlan
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 
 # Variables a trial's processes may inherit; everything else (tokens, cloud credentials, the tuner's own
 # settings) stays behind. Prefixes end in '_'.
@@ -89,10 +90,25 @@ def reap_orphans() -> None:
                 os.waitpid(child.pid, os.WNOHANG)
 
 
-def become_subreaper() -> None:
-    """Orphans of our trials (a DataLoader worker whose rank died) are re-parented to us, so we find them."""
+_SUBREAPER = {"users": 0, "before": False}  # launchers alive that need it; whether we were one before
+
+
+def become_subreaper() -> bool:
+    """Orphans of our trials (a DataLoader worker whose rank died) are re-parented to us, so we find them.
+    Returns whether this process was a subreaper already (so :func:`stop_being_subreaper` can restore it)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        was = ctypes.c_int(0)
+        libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return bool(was.value)
+    return False
+
+
+def stop_being_subreaper() -> None:
+    """Undo :func:`become_subreaper`: a calibrate() caller's process is left as it was."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
 class ProcessTreeHandle(RunHandle):
@@ -262,7 +278,22 @@ class MachineLauncher(Launcher):
         self.extra_env = env or {}
         self.leases = leases or LeaseBoard()
         self.lease_timeout_s = lease_timeout_s
-        become_subreaper()
+        _SUBREAPER["users"] += 1
+        was = become_subreaper()
+        if _SUBREAPER["users"] == 1:
+            _SUBREAPER["before"] = was
+        self._subreaper = True
+
+    def close(self) -> None:
+        """Stop being the subreaper of trial orphans once no launcher needs it, unless this process was one
+        before the first launcher (a calibrate() caller's process is left as it was)."""
+        if not getattr(self, "_subreaper", False):
+            return
+        self._subreaper = False
+        _SUBREAPER["users"] -= 1
+        if _SUBREAPER["users"] == 0 and not _SUBREAPER["before"]:
+            reap_orphans()
+            stop_being_subreaper()
 
 
 class LocalLauncher(MachineLauncher):

@@ -96,8 +96,21 @@ class WarmLauncher(MachineLauncher):
     ) -> None:
         super().__init__(env, leases, lease_timeout_s)
         self._zygote: subprocess.Popen[bytes] | None = None
+        self._zygote_env: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def _env_key(plan: TrialPlan) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(plan.config.env.items()))
 
     def _start(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
+        # The study's env: variables may be read once, when a library loads (OMP_WAIT_POLICY when torch
+        # loads libgomp): ranks forked from a zygote started under other values would not see them.
+        if self._zygote is not None and self._env_key(plan) != self._zygote_env:
+            self._close_zygote()
+        self._zygote_env = self._env_key(plan)
+        return self._start_zygote(plan)
+
+    def _start_zygote(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
         if self._zygote is not None and self._zygote.poll() is None:
             return self._zygote
         env = trial_environment(plan, self.extra_env)
@@ -165,6 +178,12 @@ class WarmLauncher(MachineLauncher):
         return ProcessTreeHandle(leader, trial_dir, trial_dir / ERR_FILE, lease=lease)  # type: ignore[arg-type]
 
     def close(self) -> None:
+        try:
+            self._close_zygote()
+        finally:
+            super().close()
+
+    def _close_zygote(self) -> None:
         zygote, self._zygote = self._zygote, None
         if zygote is None:
             return

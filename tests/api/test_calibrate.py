@@ -112,3 +112,26 @@ def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
     assert "calibrated: " in out.stdout and "x the baseline" in out.stdout
     losses = [float(line.split("loss ")[1]) for line in out.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def test_calibrate_a_spec_with_a_fixed_knob_and_leave_the_process_as_it_was(tmp_path: Path) -> None:
+    # calibrate(spec, **overrides) re-validates the spec: a fixed knob (amp: off) must survive that, and the
+    # caller's process must not stay a child subreaper after the launcher is closed. In a fresh interpreter:
+    # this test process may be a subreaper already (other launchers of the session).
+    study = _study(tmp_path)
+    study.write_text(study.read_text().replace("amp: {choices: [off, bf16]}", "amp: off"))
+    script = f"""
+import ctypes, autotune
+libc = ctypes.CDLL(None, use_errno=True)
+def subreaper():
+    value = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(value), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    return value.value
+spec = autotune.load_spec({str(study)!r})
+calibration = autotune.calibrate(spec, budget__n_trials=1, confirm__top_k=0)
+print(calibration.config.amp, calibration.default_is_best, subreaper())
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                         check=False, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split()[-3:] == ["off", "True", "0"]  # the baseline alone: the default is the choice
