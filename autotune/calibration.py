@@ -321,9 +321,9 @@ def calibrate(
 
 def load_calibration(study: str | os.PathLike[str] | StudySpec, **overrides: Any) -> Calibration:
     """The configuration an existing study chose, without running anything (e.g. inside a rank)."""
-    from autotune.study import open_study
+    from autotune.study import read_study
     from autotune.tuner import summarize
 
     spec = _resolve(study, overrides)
-    stored = open_study(spec, spec.space(), create=False)
+    stored = read_study(spec)
     return _from_summary(summarize(stored, spec), spec)

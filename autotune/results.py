@@ -13,14 +13,14 @@ from rich.table import Table
 from autotune.console import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
 from autotune.spec import StudySpec, load_spec
-from autotune.study import open_study
+from autotune.study import read_study
 from autotune.tuner import TuneSummary, summarize
 
 
 def load_summary(study_file: str, storage: str | None = None) -> tuple[StudySpec, TuneSummary]:
     overrides = [f"storage={storage}"] if storage else []
-    spec = load_spec(study_file, overrides=overrides)
-    study = open_study(spec, spec.space(), create=False)
+    spec = load_spec(study_file, overrides=overrides, check_workload=False)
+    study = read_study(spec)  # reading a finished study imports no workload
     return spec, summarize(study, spec)
 
 

@@ -239,6 +239,21 @@ def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, 
     return study
 
 
+def read_study(spec: StudySpec, storage_url: str | None = None) -> optuna.Study:
+    """The stored study, to read it (``autotune best``/``status``, ``load_calibration``): neither the
+    workload nor the search space is loaded, so a finished study reads even where its workload cannot be
+    imported. UsageError when the study (or its SQLite file) does not exist."""
+    optuna.logging.set_verbosity(logging.WARNING)
+    url = storage_url or spec.storage_url()
+    missing = UsageError(f"no study named {spec.name!r} in {_redact(url)}; run `autotune run {spec.source}` first")
+    if _missing_sqlite_file(url):
+        raise missing
+    storage = make_storage(url)
+    if spec.name not in [s.study_name for s in storage.get_all_studies()]:
+        raise missing
+    return optuna.load_study(study_name=spec.name, storage=storage, sampler=optuna.samplers.RandomSampler())
+
+
 @contextlib.contextmanager
 def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
     """A mutex shared by every autotune process on the database ``url``, one per ``name``.

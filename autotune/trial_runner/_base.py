@@ -27,13 +27,18 @@ class RunHandle(abc.ABC):
     def processes(self) -> list[psutil.Process]:
         """Every live process of this run on this machine (launcher, ranks, DataLoader workers).
 
-        Called every poll interval: used to sum memory per rank and to know what to kill. Processes seen
-        once are remembered by the handle, so an orphaned DataLoader worker is still found later.
+        Used to know what to kill (:meth:`terminate` calls it); the monitor does not poll it (it polls
+        :meth:`rank_processes`). Processes seen once are remembered by the handle, so an orphaned
+        DataLoader worker is still found later.
         """
 
     @abc.abstractmethod
     def rank_processes(self) -> dict[int, list[psutil.Process]]:
-        """The live processes of each local rank: the rank itself first, then its descendants."""
+        """The live processes of each local rank: the rank itself first, then its descendants.
+
+        Called by the monitor every poll interval when there is a memory budget, to measure each rank's
+        memory (rank + DataLoader workers) against it.
+        """
 
     @abc.abstractmethod
     def terminate(self, grace_s: float) -> None:

@@ -10,6 +10,7 @@ default configuration that can win.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 
 import optuna
@@ -173,3 +174,17 @@ def test_no_trial_limit_means_until_the_timeout(study_dir: Callable[..., StudyDi
     assert clock[0] <= 25  # no run started that would end past the deadline
     assert [t.user_attrs.get("role") for t in trials][-2:] == ["confirm", "confirm"]  # the top one and the baseline
     assert isinstance(optuna.load_study(study_name=sd.name, storage=sd.url).user_attrs["autotune_confirmation"], dict)
+
+
+def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: Callable[..., StudyDir]) -> None:
+    # Reading a stored study needs the storage only: `autotune best` and `status` work where the workload
+    # cannot be imported (here: its file is gone).
+    sd = study_dir("no-workload", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    summary = _run(sd, lambda config, repeat: Measured(500.0 + config.batch_size), n_trials=3)
+    (sd.folder / "faulty.py").unlink()
+    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    assert best.returncode == 0, best.stderr
+    assert json.loads(best.stdout)["trial"] == summary.best_trial
+    status = sd.autotune("status", "study.yaml", timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert f"best so far: trial #{summary.best_trial}" in status.stdout
