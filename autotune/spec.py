@@ -54,7 +54,7 @@ __all__ = [
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
-Metric = Literal["throughput", "peak_memory_mb", "loss", "time_to_loss"]
+Metric = Literal["throughput", "peak_memory_mb", "loss", "eval_loss", "time_to_loss"]
 Direction = Literal["maximize", "minimize"]
 SamplerName = Literal["tpe", "gp", "nsga2", "random", "grid", "cmaes", "qmc"]
 PrunerName = Literal["best", "median", "percentile", "hyperband", "successive_halving", "none"]
@@ -64,10 +64,12 @@ METRIC_KEYS: dict[str, str] = {
     "throughput": "throughput_samples_s",
     "peak_memory_mb": "peak_memory_mb",
     "loss": "loss",
+    "eval_loss": "eval_loss",
     "time_to_loss": "time_to_loss_s",
 }
 _NATURAL_DIRECTION = {
-    "throughput": "maximize", "peak_memory_mb": "minimize", "loss": "minimize", "time_to_loss": "minimize"
+    "throughput": "maximize", "peak_memory_mb": "minimize", "loss": "minimize", "eval_loss": "minimize",
+    "time_to_loss": "minimize",
 }
 
 
@@ -542,7 +544,8 @@ class ObjectiveSpec(BaseModel):
 
     model_config = _STRICT
     metric: Metric = Field(
-        description="throughput (samples/s) | peak_memory_mb | loss | time_to_loss (seconds to target:)"
+        description="throughput (samples/s) | peak_memory_mb | loss | eval_loss (held-out, at the end) | "
+        "time_to_loss (seconds to target:)"
     )
     direction: Direction | None = Field(
         None, description="maximize | minimize (default: the metric's natural)"

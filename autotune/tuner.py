@@ -427,8 +427,13 @@ class Tuner:
         rule = DominancePruner(
             [o.direction or "maximize" for o in objectives], n_startup_trials=3 if startup is None else startup
         )
+        samples = self.spec.trial.samples is not None  # compare at equal samples seen: step x global batch
+
+        def at(t: FrozenTrial, step: Any) -> int:
+            return int(step) * int(t.user_attrs.get("config", {}).get("global_batch", 1)) if samples else int(step)
+
         finished = [
-            [(int(w[0]), values) for w in t.user_attrs.get("windows", []) if (values := _window_values(w, self.spec))]
+            [(at(t, w[0]), values) for w in t.user_attrs.get("windows", []) if (values := _window_values(w, self.spec))]
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if is_reference(t)
         ]
@@ -437,7 +442,7 @@ class Tuner:
 
         def multi(window: Window) -> bool:
             values = [value_of(window) for value_of in values_of]
-            return rule.should_prune(window.step, values, finished)
+            return rule.should_prune(self._report_step(window), values, finished)
 
         return multi
 
@@ -455,6 +460,7 @@ class Tuner:
             "throughput_samples_s": _clean(result.throughput_samples_s),
             "peak_memory_mb": _clean(result.peak_memory_mb),
             "loss": _clean(result.loss),
+            "eval_loss": _clean(result.eval_loss),
             "time_to_first_step_s": _clean(result.time_to_first_step_s),
             "wall_s": round(result.wall_s, 3),
             "training_s": round(result.training_s, 4),

@@ -341,6 +341,8 @@ def run_trial(
             result.time_to_first_step_s = float(done["time_to_first_step_s"])
         if result.loss is None and done.get("loss") is not None:
             result.loss = float(done["loss"])
+        if done.get("eval_loss") is not None:
+            result.eval_loss = float(done["eval_loss"])
     elif windows:
         result.training_s = sum(
             w_samples / w.window_throughput_samples_s

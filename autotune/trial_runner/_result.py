@@ -49,6 +49,7 @@ class TrialResult:
     throughput_samples_s: float | None = None
     peak_memory_mb: float | None = None
     loss: float | None = None
+    eval_loss: float | None = None  # held-out loss at the end (workloads with an eval_dataset, complete trials)
     steps: int = 0
     samples: int = 0
     time_to_first_step_s: float | None = None
@@ -72,6 +73,7 @@ class TrialResult:
             "throughput_samples_s": self.throughput_samples_s,
             "peak_memory_mb": self.peak_memory_mb,
             "loss": self.loss,
+            "eval_loss": self.eval_loss,
         }
 
     def to_json(self) -> dict[str, Any]:

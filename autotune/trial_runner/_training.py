@@ -90,6 +90,17 @@ def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     return batch
 
 
+def _batch_len(batch: Any) -> int:
+    """The samples in a batch: the first dimension of its first tensor (1 when it holds none)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_len(next(iter(batch.values())))
+    return 1
+
+
 def _batches(loader: Any, sampler: Any) -> Iterator[Any]:
     """Endless batches; each pass over the data is a new epoch of the DistributedSampler."""
     epoch = 0
@@ -243,6 +254,7 @@ class Trainer:
                 self._trace_allreduce()
         self.model = self.ddp if self.ddp is not None else model
         self._rank_facts(model)
+        self.write_applied()  # threads and sharding known now, before a first step that may never finish
         _, _, optimizer_kwargs = split_hyperparameters(cfg.hyperparameters)
         self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr, **optimizer_kwargs)
         self.applied["optimizer_lr"] = [g["lr"] for g in self.optimizer.param_groups]
@@ -479,7 +491,7 @@ class Trainer:
         if plan.trace and self.ddp is not None:
             self.applied["allreduce_calls_total"] = self._allreduce_count
             self.applied["steps"] = step
-        return {
+        summary = {
             "outcome": outcome,
             "reason": reason,
             "steps": step,
@@ -493,6 +505,45 @@ class Trainer:
             # wall-clock span of the training loop (epoch seconds), so launch overhead = wall - span
             "training_span_s": time.time() - training_started_at,
         }
+        summary["eval_loss"] = self.evaluate() if outcome == "complete" else None  # after the span: not training
+        return summary
+
+    def evaluate(self) -> float | None:
+        """The held-out loss at the trial's end, when the workload has an ``eval_dataset``.
+
+        Every rank evaluates its share (a DistributedSampler in order; it repeats a few samples so that the
+        shares are equal), without gradients, under the trial's autocast; the result is the mean loss over
+        all ranks' samples (each batch's loss weighted by its size).
+        """
+        workload, cfg, ctx = self.workload, self.config, self.ctx
+        if workload.eval_dataset is None:
+            return None
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        dataset = workload.eval_dataset()
+        if len(dataset) == 0:
+            return None
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=False, drop_last=False
+        )
+        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=workload.collate_fn)
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss * samples, samples
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for batch in loader:
+                    batch = _to_device(batch, self.device, False)
+                    with self.autocast():
+                        loss = workload.loss(self.model, batch)
+                    n = _batch_len(batch)
+                    totals[0] += loss.detach().double() * n
+                    totals[1] += n
+                    os.utime(self.heartbeat)
+        finally:
+            self.model.train()
+        dist.all_reduce(totals)
+        loss_sum, count = (float(x) for x in totals.tolist())
+        return loss_sum / count if count > 0 and math.isfinite(loss_sum) else None
 
     def _time_compile(self, step: int, started: float, last: bool) -> float:
         """compile_s: the first step (where torch.compile compiles) less the second (compiled already).
