@@ -1,4 +1,4 @@
-"""The knob table: the ten knobs autotune searches, their types, bounds and defaults.
+"""The knob table: the knobs autotune searches, their types, bounds and defaults.
 
 This module is pure data (no Optuna, no torch) so that the study-file parser can use it.
 """
@@ -23,6 +23,8 @@ class KnobDef:
     help: str
     minimum: int | None = None
     values: tuple[Any, ...] | None = None
+    words: tuple[str, ...] = ()  # strings an integer knob also takes (threads_per_rank: auto)
+    ddp_only: bool = False  # applies with sharding ddp only (sampled only there; None otherwise)
 
     @property
     def ranged(self) -> bool:
@@ -32,12 +34,15 @@ class KnobDef:
         if self.values is not None:
             return "one of " + ", ".join(_show(v) for v in self.values)
         if self.type is int:
-            return f"an integer >= {self.minimum}"
+            words = "".join(f" or {w}" for w in self.words)
+            return f"an integer >= {self.minimum}{words}"
         return self.type.__name__
 
     def check_value(self, value: Any) -> Any:
         """Return ``value`` if it is a valid value of this knob, else raise ValueError with the fix."""
         if self.type is int:
+            if isinstance(value, str) and value in self.words:
+                return value
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{_show(value)} is not an integer; give {self.describe_type()}")
             if self.minimum is not None and value < self.minimum:
@@ -62,6 +67,8 @@ def _show(value: Any) -> str:
 
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
+SHARDING_MODES = ("ddp", "fsdp", "fsdp_no_reshard")
 
 KNOBS: dict[str, KnobDef] = {
     k.name: k
@@ -94,7 +101,43 @@ KNOBS: dict[str, KnobDef] = {
         KnobDef(
             "activation_checkpointing", bool, False, "recompute the workload's checkpoint_modules in backward"
         ),
-        KnobDef("bucket_cap_mb", int, 25, "DDP gradient bucket size in MB", minimum=1),
+        KnobDef("bucket_cap_mb", int, 25, "DDP gradient bucket size in MB (sharding ddp)", minimum=1, ddp_only=True),
         KnobDef("world_size", int, 1, "data-parallel degree (number of ranks)", minimum=1),
+        KnobDef(
+            "threads_per_rank",
+            int,
+            "auto",
+            "intra-op threads of each rank (torch, OpenMP, MKL); auto: the rank's share of the cores less "
+            "its DataLoader workers",
+            minimum=1,
+            words=("auto",),
+        ),
+        KnobDef(
+            "compile",
+            str,
+            "off",
+            "torch.compile mode of the model (compiled in the warm-up, timed as compile_s)",
+            values=COMPILE_MODES,
+        ),
+        KnobDef(
+            "sharding",
+            str,
+            "ddp",
+            "ddp replicates the model; fsdp shards parameters (FSDP2, resharded after forward); "
+            "fsdp_no_reshard keeps them gathered",
+            values=SHARDING_MODES,
+        ),
+        KnobDef(
+            "gradient_as_bucket_view", bool, False, "DDP gradients are views into its buckets (sharding ddp)",
+            ddp_only=True,
+        ),
+        KnobDef("static_graph", bool, False, "DDP static_graph: the same graph every step (sharding ddp)",
+                ddp_only=True),
     )
 }
+
+BASE_KNOBS = tuple(list(KNOBS)[:10])
+"""The ten knobs of the first study-file contract; configuration keys always name these."""
+
+DDP_ONLY = tuple(name for name, knob in KNOBS.items() if knob.ddp_only)
+"""Knobs that apply with ``sharding: ddp`` only: sampled only there, None in a config otherwise."""

@@ -4,8 +4,9 @@
     python studies/calibrated_launcher.py --n-trials 4 --steps 50
 
 The launcher calibrates on studies/quickstart.yaml, then starts torchrun with the chosen number of ranks;
-each rank rebuilds the Calibration from an environment variable and applies it: DataLoader and DDP
-keyword arguments, autocast, gradient accumulation with no_sync, and the scaled learning rate.
+each rank rebuilds the Calibration from an environment variable and applies it: the environment and
+threads per rank, DataLoader keyword arguments, torch.compile, FSDP sharding or DDP with its keyword
+arguments, autocast, gradient accumulation with no_sync, and the scaled learning rate.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ STUDY = Path(__file__).with_name("quickstart.yaml")
 def launch(n_trials: int | None, steps: int) -> int:
     calibration = autotune.calibrate(STUDY, n_trials=n_trials)
     print(f"calibrated: {calibration.summary()}", flush=True)
-    env = {**os.environ, "AUTOTUNE_CALIBRATION": calibration.to_json()}
+    # calibration.env(): the study's env: values and the thread variables, there before each rank starts
+    env = {**os.environ, **calibration.env(), "AUTOTUNE_CALIBRATION": calibration.to_json()}
     command = [sys.executable, "-m", "torch.distributed.run", *calibration.torchrun_args(),
                "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", __file__, "--train", "--steps", str(steps)]
     return subprocess.run(command, env=env, check=False).returncode
@@ -46,14 +48,22 @@ def train(steps: int) -> None:
     sampler = DistributedSampler(dataset, drop_last=True)
     loader = DataLoader(dataset, sampler=sampler, **calibration.dataloader_kwargs())
     model = calibration.apply_activation_checkpointing(workload.model(), workload.checkpoint_modules)
-    model = DistributedDataParallel(model, **calibration.ddp_kwargs())
+    model = calibration.apply_compile(model)  # before DDP/FSDP wrap it, as the trials did
+    sharded = calibration.config.sharding != "ddp"
+    if sharded:
+        model = calibration.apply_sharding(model, workload.shard_units)
+    else:
+        model = DistributedDataParallel(model, **calibration.ddp_kwargs())
     optimizer = workload.optimizer(model.parameters(), calibration.lr)
     batches = iter(loader)
     for step in range(steps):
         for micro in range(calibration.grad_accum):
             last = micro == calibration.grad_accum - 1
-            # Gradients are all-reduced only on the last micro-batch: forward and backward under no_sync.
-            with contextlib.nullcontext() if last else model.no_sync():
+            # Gradients are reduced only on the last micro-batch: forward and backward under no_sync (FSDP:
+            # set_requires_gradient_sync).
+            if sharded:
+                model.set_requires_gradient_sync(last)
+            with contextlib.nullcontext() if last or sharded else model.no_sync():
                 with calibration.autocast():
                     loss = workload.loss(model, next(batches))
                 (loss.float() / calibration.grad_accum).backward()

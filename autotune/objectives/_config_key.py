@@ -5,21 +5,33 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from autotune._knobs import KNOBS
+from autotune._knobs import BASE_KNOBS, KNOBS
 
 
 def config_key(config_json: Mapping[str, object]) -> str:
-    """``batch_size=64,grad_accum=1,...``: the ten knobs in the knob table's order.
+    """``batch_size=64,grad_accum=1,...``: the ten knobs in the knob table's order, then the others.
 
     Only knobs enter the key, not the derived values (``lr``, ``global_batch``) or ``device``, so float
     formatting of derived values never splits a configuration. A whole float knob value reads as the
     integer (64.0 -> ``64``); booleans are ``true``/``false`` and None is ``none``.
     """
     parts = []
-    for name in KNOBS:
+    for name in BASE_KNOBS:
         if name not in config_json:
             raise ValueError(f"config has no {name!r} knob; give the TrialConfig JSON with all ten knobs")
         parts.append(f"{name}={_format(config_json[name])}")
+    # Knobs added after the first ten, and env: variables, enter the key only when they differ from their
+    # default (absent in a configuration stored before they existed): keys of earlier studies stay the same.
+    sharded = config_json.get("sharding", "ddp") != "ddp"
+    for name, knob in KNOBS.items():
+        if name in BASE_KNOBS or name not in config_json:
+            continue
+        value = config_json[name]
+        if value != knob.default and not (sharded and knob.ddp_only):
+            parts.append(f"{name}={_format(value)}")
+    env = config_json.get("env") or {}
+    if isinstance(env, Mapping):
+        parts += [f"env.{k}={v}" for k, v in sorted(env.items())]
     # Hyperparameters (hp.<name>, sorted) enter the key after the knobs: two trials that differ only in a
     # hyperparameter are different configurations. Values as JSON, so a tuple and its stored list agree.
     hyperparameters = config_json.get("hyperparameters") or {}

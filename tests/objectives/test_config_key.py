@@ -28,7 +28,7 @@ def test_the_default_configuration() -> None:
 
 def test_knobs_appear_in_the_knob_table_order() -> None:
     key = config_key(config(num_workers=2, amp="bf16", world_size=2))
-    assert [part.split("=")[0] for part in key.split(",")] == list(KNOBS)
+    assert [part.split("=")[0] for part in key.split(",")] == list(KNOBS)[:10]
     assert "num_workers=2,prefetch_factor=2," in key
 
 

@@ -306,7 +306,8 @@ def test_default_config_is_the_workload_default() -> None:
     assert config.knobs() == {
         "batch_size": 48, "grad_accum": 1, "lr_scaling": "sqrt", "num_workers": 0, "prefetch_factor": None,
         "pin_memory": False, "amp": "off", "activation_checkpointing": False, "bucket_cap_mb": 25,
-        "world_size": 1,
+        "world_size": 1, "threads_per_rank": "auto", "compile": "off", "sharding": "ddp",
+        "gradient_as_bucket_view": False, "static_graph": False,
     }
     assert config.lr == pytest.approx(1e-3)
 
