@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._knobs import KNOBS
 from autotune.objectives import choose
 from autotune.report._records import (
+    METRIC_UNITS,
     TrialRecord,
     metric_names,
     objective_directions,
@@ -515,7 +516,7 @@ def parallel_data(study: optuna.Study) -> ParallelData:
     all_records = trial_records(study)
     records = [r for r in all_records if any(r.metric(m) is not None for m in metric_names(study))]
     knobs = searched_knobs(all_records)
-    metrics = [m for m in metric_names(study) if m in ("throughput_samples_s", "peak_memory_mb", "loss")]
+    metrics = [m for m in metric_names(study) if m in METRIC_UNITS]
     rows = [tuple([r.knob(k) for k in knobs] + [r.metric(m) for m in metrics]) for r in records]
     axes = [_axis(name, [row[i] for row in rows], distributions.get(name)) for i, name in enumerate(knobs)]
     axes += [_axis(name, [row[len(knobs) + i] for row in rows]) for i, name in enumerate(metrics)]
@@ -634,6 +635,8 @@ _METRIC_COLUMNS = [
     TableColumn("peak_memory_mb", "peak memory (MB)", True),
     TableColumn("loss", "loss", True),
     TableColumn("time_to_first_step_s", "first step (s)", True),
+    TableColumn("threads_per_rank", "threads (ran with)", True),
+    TableColumn("compile_s", "compile (s)", True),
     TableColumn("wall_s", "wall (s)", True),
     TableColumn("steps", "steps", True),
 ]
@@ -647,15 +650,21 @@ def trials_table_data(study: optuna.Study) -> TrialsTable:
         k for k in KNOBS
         if k in searched or len({_label(r.knob(k)) for r in records if r.knob(k) is not None}) > 1
     ]
+    knobs += sorted(k for k in searched if k.startswith("env."))  # searched env: variables
+    # threads and compile time only where trials recorded them (studies from before those knobs did not)
+    metric_columns = [
+        c for c in _METRIC_COLUMNS
+        if c.key not in ("threads_per_rank", "compile_s") or any(getattr(r, c.key) is not None for r in records)
+    ]
     columns = [
         TableColumn("number", "#", True),
         TableColumn("role", "role", False),
         TableColumn("outcome", "outcome", False),
         TableColumn("feasible", "feasible", False),
         TableColumn("reason", "reason", False),
-        *[TableColumn(k, k, KNOBS[k].type is int) for k in knobs],
+        *[TableColumn(k, k, k in KNOBS and KNOBS[k].type is int and not KNOBS[k].words) for k in knobs],
         TableColumn("global_batch", "global batch", True),
-        *_METRIC_COLUMNS,
+        *metric_columns,
     ]
     rows = []
     for r in records:
@@ -663,7 +672,7 @@ def trials_table_data(study: optuna.Study) -> TrialsTable:
         cells: list[Any] = [r.number, r.role, r.outcome, feasible, r.reason]
         cells += [r.knob(k) for k in knobs]
         cells.append(r.config.get("global_batch"))
-        cells += [getattr(r, c.key) for c in _METRIC_COLUMNS]
+        cells += [getattr(r, c.key) for c in metric_columns]
         rows.append(tuple(cells))
     return TrialsTable(columns, rows)
 

@@ -21,7 +21,9 @@ from autotune._knobs import KNOBS
 __all__ = ["TrialRecord", "Window", "metric_names", "objective_directions", "trial_records"]
 
 # The metric a study-file objective is stored under, and the direction it naturally has.
-METRIC_UNITS = {"throughput_samples_s": "samples/s", "peak_memory_mb": "MB", "loss": ""}
+METRIC_UNITS = {
+    "throughput_samples_s": "samples/s", "peak_memory_mb": "MB", "loss": "", "eval_loss": "", "time_to_loss_s": "s"
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ class TrialRecord:
     trial_dir: str = ""
     error_lines: tuple[str, ...] = field(default_factory=tuple)
     confirms: int | None = None
+    eval_loss: float | None = None
+    time_to_loss_s: float | None = None
+    compile_s: float | None = None  # torch.compile's seconds in the warm-up (compile knob)
+    threads_per_rank: int | None = None  # the threads each rank ran with (threads_per_rank auto resolved)
 
     @property
     def feasible(self) -> bool | None:
@@ -69,9 +75,17 @@ class TrialRecord:
         return all(v <= 0 for v in self.constraints.values())
 
     def knob(self, name: str) -> Any:
-        """A knob's value: from the stored config, else from the sampled params, else None."""
+        """A knob's value: from the stored config, else from the sampled params, else None. A hyperparameter
+        (``hp.<name>``) reads the config's ``hyperparameters``, so a baseline outside the range shows too."""
         if name in self.config:
             return self.config[name]
+        env = self.config.get("env")
+        if name.startswith("env.") and isinstance(env, Mapping):
+            return env.get(name[4:])  # None: the variable was left unset (the baseline's)
+        hyperparameters = self.config.get("hyperparameters")
+        if name.startswith("hp.") and isinstance(hyperparameters, Mapping) and name[3:] in hyperparameters:
+            value = hyperparameters[name[3:]]
+            return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
         return self.params.get(name)
 
     def metric(self, key: str) -> float | None:
@@ -143,6 +157,10 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         trial_dir=str(attrs.get("trial_dir") or ""),
         error_lines=tuple(str(x) for x in errors) if isinstance(errors, list) else (),
         confirms=_int(attrs.get("confirms")),
+        eval_loss=_number(attrs.get("eval_loss")),
+        time_to_loss_s=_number(attrs.get("time_to_loss_s")),
+        compile_s=_number(attrs.get("compile_s")),
+        threads_per_rank=_int(attrs.get("threads_per_rank")),
     )
 
 
