@@ -82,3 +82,45 @@ def test_tuner_killed_with_sigkill_takes_its_trial_along(tmp_path: Path) -> None
     finally:
         if tuner.poll() is None:
             tuner.kill()
+
+
+def _trial(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    head = [a for a in args[:1] if a]
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *head, "trial", str(study), *args[1:]],
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+def test_a_crashed_trial_exits_1_and_shows_the_workloads_error_first(tmp_path: Path) -> None:
+    # --set takes a study-file key too: the workload's argument turns the fault on for this trial only.
+    study = _study(tmp_path, max_steps=6)
+    out = _trial(study, "", "--set", "workload.args.fault=raise", "--set", "trial.max_steps=4")
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("crashed  rank ") and "RuntimeError: injected failure" in lines[0]
+    assert lines[1].startswith("RuntimeError: injected failure on rank 0")
+    faulty = tmp_path / "faulty.py"
+    line_no = next(i for i, ln in enumerate(faulty.read_text().splitlines(), 1) if "injected failure" in ln)
+    assert lines[2].strip() == f"at {faulty}:{line_no} in __call__"
+    assert "worker.py" not in out.stdout and "_training.py" not in out.stdout  # autotune's frames: --debug
+    assert "--debug shows them" in out.stdout
+    debug = _trial(study, "--debug", "--set", "workload.args.fault=raise", "--set", "trial.max_steps=4")
+    assert debug.returncode == 1
+    assert "_training.py" in debug.stdout and f"at {faulty}:{line_no}" in debug.stdout
+    assert "raise" not in study.read_text()  # an override never edits the file
+
+
+def test_a_diverged_trial_exits_1_in_json_too(tmp_path: Path) -> None:
+    study = _study(tmp_path, fault="nan", max_steps=6)
+    out = _trial(study, "", "--json")
+    assert out.returncode == 1, out.stderr
+    assert json.loads(out.stdout)["outcome"] == "diverged"
+
+
+def test_a_bad_study_key_in_trial_set_is_one_line(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    out = _trial(study, "", "--set", "trial.max_stepz=4")
+    assert out.returncode == 2
+    (line,) = out.stderr.splitlines()
+    assert "max_stepz" in line
+    assert not (tmp_path / "runs").exists()
