@@ -188,3 +188,47 @@ def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: C
     status = sd.autotune("status", "study.yaml", timeout=60)
     assert status.returncode == 0, status.stderr
     assert f"best so far: trial #{summary.best_trial}" in status.stdout
+
+
+def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., StudyDir]) -> None:
+    # The real CLI, real torchrun ranks on a tiny model, no sampler or pruner named: the baseline reports its
+    # windows, and the summary, `autotune best` and the report name one winner.
+    sd = study_dir("e2e-defaults", search_space={"batch_size": {"choices": [16, 32, 64]}},
+                   confirm={"top_k": 1, "repeats": 1})
+    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    study = sd.load()
+    trials = study.get_trials(deepcopy=False)
+    baseline = trials[0]
+    assert baseline.user_attrs["role"] == "baseline" and baseline.state == TrialState.COMPLETE
+    assert sorted(baseline.intermediate_values) == [w[0] for w in baseline.user_attrs["windows"]]
+    assert baseline.intermediate_values  # the first comparison of the `best` pruner
+    record = study.user_attrs["autotune_confirmation"]
+    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    assert best.returncode == 0, best.stderr
+    payload = json.loads(best.stdout)
+    assert config_key(payload["config"]) == record["best_config_key"]
+    headline = headline_data(study)
+    assert headline.best is not None and config_key(dict(headline.best.config)) == record["best_config_key"]
+    assert payload["speedup_vs_baseline"] == record["speedup"] == headline.speedup
+    assert record["speedup"] is not None and record["speedup"] >= 1.0
+    if record["default_is_best"]:
+        assert "the default configuration is the best measured" in out.stdout
+    else:
+        assert f"speedup: {record['speedup']:.2f}x" in out.stdout
+
+
+def test_with_trial_samples_loss_is_reported_and_compared_at_equal_samples(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # trial.samples: 960. A batch-64 trial reaches 960 samples in 15 steps, a batch-16 one in 60 (capped at
+    # max_steps); their values are reported at the samples seen, so the pruner compares equal samples.
+    sd = study_dir("equal-samples", search_space={"batch_size": {"choices": [16, 32, 64]}},
+                   trial={**TRIAL, "max_steps": 100, "samples": 960}, objectives=[{"metric": "loss"}],
+                   confirm={"top_k": 0})
+    _run(sd, lambda config, repeat: Measured(1000.0, loss=1.0 + config.batch_size / 100), n_trials=4)
+    for t in sd.load().get_trials(deepcopy=False):
+        batch = t.user_attrs["config"]["global_batch"]
+        assert sorted(t.intermediate_values) == [w[0] * batch for w in t.user_attrs["windows"]]
+        if t.user_attrs["outcome"] == "complete":
+            assert 960 <= t.user_attrs["samples"] < 960 + batch  # equal samples seen, to within one batch
