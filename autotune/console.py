@@ -70,6 +70,9 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     table.add_row("loss", fmt(result.loss, ".4g"))
     table.add_row("steps", f"{result.steps} ({result.samples:,} samples)")
     table.add_row("time to first step", fmt(result.time_to_first_step_s, ".2f", " s"))
+    table.add_row("threads per rank", f"{fmt(result.threads_per_rank, 'd')} ({config.threads_per_rank})")
+    if config.compile != "off":
+        table.add_row("compile", fmt(result.compile_s, ".2f", " s") + " (in the warm-up, not in throughput)")
     table.add_row("wall time", fmt(result.wall_s, ".2f", " s"))
     table.add_row("trial folder", result.trial_dir)
     console.print(table)
@@ -299,12 +302,24 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
         before = base_cfg.hyperparameters.get(name) if base_cfg else None
         table.add_row(f"  hp.{name}", "-" if base_cfg is None else _hp_value(before),
                       _hp_value(value) + ("" if before == value else " *"))
+    for name in sorted({*summary.best_config.env, *(base_cfg.env if base_cfg else {})}):  # the env: section
+        before_env = base_cfg.env.get(name, "(unset)") if base_cfg else "-"
+        after_env = summary.best_config.env.get(name, "(unset)")
+        table.add_row(f"  env.{name}", before_env, after_env + ("" if before_env == after_env else " *"))
     lr_mark = " (not decided by this study)" if "lr_scaling" in undecided else ""
     table.add_row("  lr", fmt(base_cfg.lr if base_cfg else None, ".3g"), f"{summary.best_config.lr:.3g}{lr_mark}")
     console.print(table)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{' (confirmed by re-runs)' if summary.confirmed else ''}[/]")
+    if summary.best_config.compile != "off":
+        from autotune.objectives._compile_payback import compile_payback, complete_trials
+
+        rows = complete_trials(summary.study)
+        chosen = next((r for r in rows if r["number"] == summary.best_trial), None)
+        payback = compile_payback(chosen, rows) if chosen else None
+        if payback is not None:
+            console.print(escape(payback.describe()))
     if metric == "time_to_loss_s":
         from autotune.objectives._time_to_loss import explain_choice
 

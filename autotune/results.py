@@ -46,6 +46,28 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         },
         "speedup_vs_baseline": summary.speedup,
         "default_is_best": summary.default_is_best,
+        "env": dict(config.env),
+        **_knob_measurements(summary),
+    }
+
+
+def _knob_measurements(summary: TuneSummary) -> dict[str, Any]:
+    """What the best trial measured of its knobs: the threads it ran with (auto resolved), its compile_s,
+    and when that compile time is won back."""
+    from autotune.objectives._compile_payback import compile_payback, complete_trials
+
+    trials = complete_trials(summary.study)
+    best = next((t for t in trials if t["number"] == summary.best_trial), None)
+    if best is None:
+        return {}
+    payback = compile_payback(best, trials)
+    return {
+        "threads_per_rank_resolved": best.get("threads_per_rank"),
+        "compile_s": best.get("compile_s"),
+        "compile_payback": None if payback is None else {
+            "steps": payback.steps, "minutes": payback.minutes, "against_trial": payback.against_trial,
+            "same_config": payback.same_config, "text": payback.describe(),
+        },
     }
 
 

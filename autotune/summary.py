@@ -20,7 +20,7 @@ __all__ = ["render_summary"]
 
 
 def render_summary(spec: StudySpec, console: Console) -> None:
-    """Print the resolved study: settings, the ten knobs, notes, objectives and budget."""
+    """Print the resolved study: settings, the knobs, the env: section, notes, objectives and budget."""
     workload = spec.load_workload()
     space = spec.space()
 
@@ -39,6 +39,8 @@ def render_summary(spec: StudySpec, console: Console) -> None:
     knobs.add_column("default", style="dim")
     searched = set(space.searched())
     no_workers = _describe(space.knobs["num_workers"]) in ("0", "{0}", "0..0")
+    sharding = space.knobs["sharding"]
+    no_ddp = "ddp" not in (sharding.choices if isinstance(sharding, Choices) else (getattr(sharding, "value", None),))
     for name, knob_spec in space.knobs.items():
         default = workload.base_batch_size if name == "batch_size" else KNOBS[name].default
         values = _describe(knob_spec)
@@ -46,13 +48,32 @@ def render_summary(spec: StudySpec, console: Console) -> None:
             values = "- (unused: num_workers is 0)"
         elif name == "prefetch_factor" and name in searched:
             values += " when num_workers > 0"
+        elif KNOBS[name].ddp_only and no_ddp:
+            values = f"- (unused: sharding is {_describe(sharding)})"
+        elif KNOBS[name].ddp_only and name in searched and "sharding" in searched:
+            values += " when sharding is ddp"
         mode = "searched" if name in searched else "fixed"
         knobs.add_row(name, mode, escape(values), escape(_show(default)))
     console.print(knobs)
+    if space.env:
+        console.print(_env_table(space))
     if space.hyper.specs:
         console.print(_hyperparameter_table(space.hyper, spec.workload.entrypoint))
     for note in space.notes:
         console.print(f"[yellow]note[/] {escape(note)}")
+
+
+def _env_table(space: Any) -> Table:
+    """The env: section: each variable, fixed or searched (Optuna param env.NAME), its values."""
+    table = Table(title="environment of every rank", title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("variable")
+    table.add_column("mode")
+    table.add_column("values")
+    searched = set(space.searched_env())
+    for name, env_spec in space.env.items():
+        mode = "searched (env." + name + ")" if name in searched else "fixed"
+        table.add_row(escape(name), escape(mode), escape(_describe(env_spec)))
+    return table
 
 
 def _hyperparameter_table(hyper: Any, entrypoint: str) -> Table:
