@@ -1,0 +1,40 @@
+"""`autotune run` exit codes that scripts can trust, and a summary that does not claim what it cannot know."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+FAULTY = Path(__file__).parent / "trial_runner" / "faulty.py"
+
+
+def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "faulty.py").write_text(FAULTY.read_text())
+    (tmp_path / "study.yaml").write_text(
+        "name: codes\nworkload: {entrypoint: faulty.py:build}\n"
+        "trial: {warmup_steps: 1, max_steps: 6, max_seconds: 60, report_every: 1}\n"
+        "confirm: {top_k: 0}\n" + body
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_lr_scaling_under_a_throughput_objective_is_not_decided(tmp_path: Path) -> None:
+    out = _run(tmp_path, "search_space: {lr_scaling: {choices: [none, linear]}, batch_size: {choices: [16, 64]}}\n"
+                         "objectives: [{metric: throughput}]\nsampler: {name: random, seed: 1}\n"
+                         "budget: {n_trials: 3}\n")
+    assert out.returncode == 0, out.stdout + out.stderr
+    row = next(ln for ln in out.stdout.splitlines() if ln.strip("│ ").startswith("lr_scaling"))
+    assert "(not decided by this study)" in row and "*" not in row, row
+    lr_row = next(ln for ln in out.stdout.splitlines() if ln.strip("│ ").startswith("lr "))
+    assert "(not decided by this study)" in lr_row
+
+
+def test_no_usable_trial_exits_1(tmp_path: Path) -> None:
+    out = _run(tmp_path, "constraints: {max_memory_mb: 1}\nbudget: {n_trials: 1}\n")  # every trial over budget
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "nothing to recommend" in out.stdout or "no feasible configuration" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
