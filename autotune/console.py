@@ -326,6 +326,9 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
         explanation = explain_choice(_time_to_loss_rows(summary.study), best.config_key)
         if explanation:
             console.print(explanation)
+    floor = _loss_floor_line(summary.study, best, base)
+    if floor:
+        console.print(f"[dim]{floor}[/]")
     if summary.default_is_best:
         console.print("[bold]the default configuration is the best measured[/]: nothing beat the baseline by more "
                       "than the measured spread; keep your defaults")
@@ -378,6 +381,28 @@ def _time_to_loss_rows(study: Any) -> list[Any]:
             seconds=float(a["time_to_loss_s"]), status=str(a.get("time_to_loss_status")), losses=losses,
         ))
     return rows
+
+
+def _loss_floor_line(study: Any, best: Any, base: Any) -> str | None:
+    """The loss noise floor (the loss spread of repeats of one configuration) and whether the chosen
+    configuration's loss differs from the baseline's by more than it; None without repeats."""
+    from autotune.objectives._time_to_loss import loss_noise_floor
+
+    losses: dict[str, list[float]] = {}
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if a.get("outcome") == "complete" and isinstance(a.get("loss"), (int, float)) and a.get("config_key"):
+            losses.setdefault(str(a["config_key"]), []).append(float(a["loss"]))
+    floor = loss_noise_floor(list(losses.values()))
+    if floor is None:
+        return None
+    repeated = sum(len(v) >= 2 for v in losses.values())
+    line = (f"loss noise floor {floor:.3g}: the median loss spread of {repeated} configuration(s) measured more "
+            "than once; loss differences below it are noise")
+    if base is not None and best.loss is not None and base.loss is not None and best.config_key != base.config_key:
+        gap = abs(best.loss - base.loss)
+        line += f" (chosen vs baseline: {gap:.3g}, {'within' if gap <= floor else 'beyond'} it)"
+    return line
 
 
 def _hp_value(value: Any) -> str:

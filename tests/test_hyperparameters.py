@@ -239,3 +239,27 @@ def test_best_and_the_run_summary_show_the_hyperparameters(calibrated: tuple[aut
     text = out.getvalue()
     for name in ("hp.width", "hp.dropout", "hp.base_lr", "hp.optimizer.momentum"):
         assert name in text
+
+
+def test_base_lr_reaches_a_build_that_takes_it(tmp_path: Path) -> None:
+    (tmp_path / "wl.py").write_text(
+        "import autotune\n"
+        "def build(base_lr=0.1, width=2):\n"
+        "    return autotune.Workload(model=lambda: None, dataset=lambda: [], loss=lambda m, b: 0.0, base_lr=base_lr)\n"
+    )
+    (tmp_path / "study.yaml").write_text(
+        "name: x\nworkload: {entrypoint: wl.py:build}\nhyperparameters: {base_lr: {low: 0.01, high: 0.2, log: true}}\n"
+    )
+    spec = load_spec(tmp_path / "study.yaml", check_workload=False)
+    from autotune.workload import load_workload
+
+    workload = load_workload("wl.py:build", {}, tmp_path, {"base_lr": 0.05, "optimizer.eps": 1e-6})
+    assert workload.base_lr == 0.05
+    assert spec.space().default_config().base_lr == 0.1  # the baseline: build()'s own default
+
+
+def test_the_reference_study_searches_lr_weight_decay_and_batch_on_time_to_loss() -> None:
+    spec = load_spec(HERE.parent / "studies" / "hyperparameters.yaml")
+    assert [o.metric for o in spec.objectives] == ["time_to_loss"] and spec.objectives[0].target
+    space = spec.space()
+    assert {"hp.base_lr", "hp.optimizer.weight_decay", "batch_size"} <= set(space.distributions())

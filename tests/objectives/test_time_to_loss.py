@@ -161,3 +161,21 @@ def test_the_summary_explains_why_the_chosen_batch_is_not_the_fastest(both) -> N
     text = out.getvalue()
     assert "time to target loss (s, median)" in text and "throughput (samples/s, median)" in text
     assert "why not the fastest" in text and "global batch" in text
+
+
+def test_the_summary_states_the_loss_noise_floor_of_repeats() -> None:
+    import optuna
+
+    from autotune.console import _loss_floor_line
+    from autotune.objectives import Group
+
+    study = optuna.create_study()
+    for key, loss in (("a", 1.0), ("a", 1.1), ("b", 0.5), ("b", 0.52), ("b", 0.56), ("c", 0.9)):
+        study.add_trial(optuna.trial.create_trial(
+            value=0.0, user_attrs={"outcome": "complete", "loss": loss, "config_key": key}
+        ))
+    group = Group("b", {}, (2,), (0.0,), 0.0, 0.0, None, 0.52)
+    base = Group("a", {}, (0,), (0.0,), 0.0, 0.0, None, 0.55)
+    line = _loss_floor_line(study, group, base)
+    assert line is not None
+    assert "loss noise floor 0.08" in line and "2 configuration(s)" in line and "within it" in line
