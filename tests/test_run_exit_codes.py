@@ -38,3 +38,15 @@ def test_no_usable_trial_exits_1(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     assert "nothing to recommend" in out.stdout or "no feasible configuration" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_exit_codes_are_in_the_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", "--help"], capture_output=True, text=True,
+                         timeout=60, check=True)
+    for fragment in ("Exit status", "0    success", "1    nothing usable", "2    bad input", "130"):
+        assert fragment in out.stdout, out.stdout
+    for command, fragment in (("run", "no trial completed or none is feasible"),
+                              ("trial", "1 for any other outcome")):
+        help_text = subprocess.run([sys.executable, "-m", "autotune.cli", command, "--help"], capture_output=True,
+                                   text=True, timeout=60, check=True).stdout
+        assert fragment in " ".join(help_text.split()), help_text
