@@ -38,7 +38,7 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         "hyperparameters": config.model_dump(mode="json")["hyperparameters"],
         "derived": {"global_batch": config.global_batch, "lr": config.lr, "device": config.device},
         "metrics": {
-            summary.metric + "_median": summary.best.median,
+            spec.objectives[0].key + "_median": summary.best.median,  # the chosen metric (time_to_loss_s...)
             "spread": summary.best.spread,
             "measurements": len(summary.best.values),
             "peak_memory_mb": summary.best.peak_memory_mb,
@@ -100,5 +100,7 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         speed = f", {summary.speedup:.2f}x baseline" if summary.speedup else ""
         if summary.default_is_best:
             speed = ", the default configuration (nothing beat it)"
-        console.print(f"best so far: trial #{summary.best_trial} {summary.best.median:,.0f} samples/s{speed} "
+        value = (f"{summary.best.median:.3g} s to loss {spec.objectives[0].target:g}"
+                 if spec.objectives[0].metric == "time_to_loss" else f"{summary.best.median:,.0f} samples/s")
+        console.print(f"best so far: trial #{summary.best_trial} {value}{speed} "
                       f"({summary.best_config.short()})")

@@ -179,3 +179,18 @@ def test_the_summary_states_the_loss_noise_floor_of_repeats() -> None:
     line = _loss_floor_line(study, group, base)
     assert line is not None
     assert "loss noise floor 0.08" in line and "2 configuration(s)" in line and "within it" in line
+
+
+def test_best_reports_the_time_to_loss_median(both) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    _, (spec, summary) = both
+    result = CliRunner().invoke(main, ["best", spec.source, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output)["metrics"]
+    assert summary.best is not None
+    assert metrics["time_to_loss_s_median"] == pytest.approx(summary.best.median)
