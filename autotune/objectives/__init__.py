@@ -20,6 +20,13 @@ from autotune.objectives._metrics import (
 )
 from autotune.objectives._noise_pruner import NoiseAwarePruner
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
+from autotune.objectives._time_to_loss import (
+    RunningTimeToLoss,
+    TimeToLoss,
+    estimate_time_to_loss,
+    loss_noise_floor,
+    running_value,
+)
 
 __all__ = [
     "CONSTRAINT_NAMES",
@@ -30,17 +37,22 @@ __all__ = [
     "Measurement",
     "NoiseAwarePruner",
     "PruningDecision",
+    "RunningTimeToLoss",
+    "TimeToLoss",
     "choose",
     "choose_best",
     "config_key",
     "constraint_values",
     "dominates",
+    "estimate_time_to_loss",
     "group_measurements",
     "is_reference",
+    "loss_noise_floor",
     "measured_groups",
     "metric_value",
     "objective_values",
     "pareto_front",
+    "running_value",
     "window_history",
     "window_value",
 ]
