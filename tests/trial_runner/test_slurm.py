@@ -89,3 +89,32 @@ def test_a_trial_inside_an_allocation_is_a_step_of_it(slurm_cluster: object, tmp
     assert report["outcome"] == "complete"
     job, _ = (tmp_path / "t" / "slurm.step").read_text().split(".")
     assert job == report["job"]  # the tuner's own allocation, not a new job
+
+
+# ------------------------------------------------------------------- the node program's address (no cluster)
+def test_a_node_publishes_the_address_of_the_interface_gloo_is_told_to_use() -> None:
+    from autotune.trial_runner._slurm import NodeError, node_address
+
+    assert node_address(1, {"GLOO_SOCKET_IFNAME": "lo"}) == ("127.0.0.1", None)  # one node: loopback is fine
+    with pytest.raises(NodeError, match=r"^GLOO_SOCKET_IFNAME=lo: its address 127\.0\.0\.1 is loopback, which the "
+                                        r"other nodes cannot reach; set env\.GLOO_SOCKET_IFNAME to the interface"):
+        node_address(2, {"GLOO_SOCKET_IFNAME": "lo"})
+    with pytest.raises(NodeError, match=r"^NCCL_SOCKET_IFNAME=nosuch0: this node has no interface of that name "
+                                        r"with an IPv4 address \(it has .*lo.*\); set env\.NCCL_SOCKET_IFNAME"):
+        node_address(2, {"NCCL_SOCKET_IFNAME": "nosuch0,eth9"})
+
+
+def test_without_an_interface_a_node_never_publishes_loopback_to_other_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune.trial_runner._slurm as slurm
+
+    monkeypatch.setattr(slurm.socket, "gethostname", lambda: "node7")
+    monkeypatch.setattr(slurm, "_resolved", lambda host: ["127.0.1.1"])  # Debian's "127.0.1.1 hostname"
+    monkeypatch.setattr(slurm, "_route_to", lambda dest: "127.0.0.1")
+    with pytest.raises(slurm.NodeError, match=r"node7 resolves to 127\.0\.1\.1\); set env\.GLOO_SOCKET_IFNAME"):
+        slurm.node_address(2, {"SLURM_LAUNCH_NODE_IPADDR": "127.0.0.1"})
+    # The address that routes to srun's node, and its interface for gloo, which would resolve node7 to loopback.
+    monkeypatch.setattr(slurm, "_route_to", lambda dest: "10.1.2.3")
+    monkeypatch.setattr(slurm, "_interface_of", lambda address: "ib0")
+    assert slurm.node_address(2, {"SLURM_LAUNCH_NODE_IPADDR": "10.1.2.1"}) == ("10.1.2.3", "ib0")
+    monkeypatch.setattr(slurm, "_resolved", lambda host: ["127.0.1.1", "10.9.9.9"])
+    assert slurm.node_address(2, {}) == ("10.9.9.9", None)  # a name that resolves: gloo finds it the same way
