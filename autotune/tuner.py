@@ -41,7 +41,7 @@ from autotune.objectives import (
     pareto_front,
 )
 from autotune.objectives import measured_groups as _measured_groups
-from autotune.objectives._time_to_loss import running_value, time_to_loss_attrs
+from autotune.objectives._time_to_loss import running_value, time_to_loss_attrs, window_extras
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
 from autotune.study import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, open_study, study_lock
@@ -459,6 +459,7 @@ class Tuner:
             "reason": result.reason,
             "throughput_samples_s": _clean(result.throughput_samples_s),
             "peak_memory_mb": _clean(result.peak_memory_mb),
+            "host_memory_mb": _clean(result.host_memory_mb),
             "loss": _clean(result.loss),
             "eval_loss": _clean(result.eval_loss),
             "time_to_first_step_s": _clean(result.time_to_first_step_s),
@@ -470,8 +471,8 @@ class Tuner:
             "steps": result.steps,
             "samples": result.samples,
             "windows": [
-                [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss)]
-                for w in result.windows
+                [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
+                for w, extra in zip(result.windows, window_extras(result.windows, self.spec), strict=True)
             ],
             "trial_dir": result.trial_dir,
             "error_lines": result.error_lines[-15:],
@@ -625,9 +626,9 @@ def _clean(value: float | None) -> float | None:
 
 def _window_values(window: Sequence[Any], spec: StudySpec) -> list[float] | None:
     """A stored window's objective values, or None when one was not measured (it then cannot compare)."""
-    index = {"throughput_samples_s": 1, "peak_memory_mb": 2, "loss": 3}
-    if any(o.key not in index for o in spec.objectives):
-        return None  # time_to_loss is not stored per window: such a finished trial is not compared
+    index = {"throughput_samples_s": 1, "peak_memory_mb": 2, "loss": 3, "time_to_loss_s": 4}
+    if any(o.key not in index or index[o.key] >= len(window) for o in spec.objectives):
+        return None  # not stored per window (eval_loss; time_to_loss of an older trial): not compared
     values = [window[index[o.key]] for o in spec.objectives]
     return None if any(v is None for v in values) else [float(v) for v in values]
 

@@ -32,6 +32,23 @@ WindowCallback = Callable[[Window], bool]
 TickCallback = Callable[[float, list[Window]], None]
 
 
+HOST_MEMORY_EVERY = 10  # without a host memory budget, host memory is sampled every this many polls
+
+
+def tree_memory_mb(procs: list[psutil.Process]) -> float:
+    """The memory of a rank and its DataLoader workers, in MB: the sum of their PSS (proportional set
+    size: a page shared by k processes counts 1/k in each), so the copy-on-write pages a worker shares
+    with its rank are counted once, not once per worker. RSS where PSS cannot be read."""
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            try:
+                total += proc.memory_full_info().pss
+            except (psutil.AccessDenied, AttributeError):
+                total += proc.memory_info().rss
+    return total / 2**20
+
+
 class MetricsTail:
     """Reads complete new JSON lines from a growing metrics.jsonl."""
 
@@ -63,7 +80,7 @@ class Verdict:
 
     outcome: Outcome | None = None
     reason: str = ""
-    observed_peak_mb: float = 0.0
+    observed_peak_mb: float = 0.0  # host memory of the largest rank tree (PSS), as the monitor saw it
     windows: list[Window] = field(default_factory=list)
 
 
@@ -72,8 +89,12 @@ class Monitor:
 
     Each poll it reads new windows (handing each to ``on_window``; True means prune), checks the
     wall-clock cap (``max_seconds``: timeout), silence after the first step (``hang_seconds``: hang, seen
-    through the heartbeat file every rank touches after each step), and the memory of each rank's process
-    tree (rank + DataLoader workers) against ``max_memory_mb`` (oom). ``clock`` is injectable.
+    through the heartbeat file every rank touches after each step), and memory against ``max_memory_mb``
+    (oom). The budget is checked on the number ``peak_memory_mb`` reports: with ``device_memory`` (CUDA)
+    the windows' device memory (``max_memory_allocated``, the largest rank); otherwise the host memory of
+    each rank's process tree (rank + DataLoader workers), summed as PSS so copy-on-write pages the
+    workers share with their rank count once. Host memory is measured either way (``observed_peak_mb``,
+    every poll with a budget on the host, else every ``HOST_MEMORY_EVERY`` polls). ``clock`` is injectable.
     """
 
     def __init__(
@@ -88,8 +109,10 @@ class Monitor:
         poll_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        device_memory: bool = False,
     ) -> None:
         self.handle = handle
+        self.device_memory = device_memory
         self.trial_dir = trial_dir
         self.limits = limits
         self.max_memory_mb = max_memory_mb
@@ -108,15 +131,12 @@ class Monitor:
             return None
 
     def _memory(self) -> tuple[int, float]:
-        """(rank, MB) of the rank whose process tree holds the most resident memory now."""
+        """(rank, MB) of the rank whose process tree holds the most memory now (PSS, see tree_memory_mb)."""
         worst = (-1, 0.0)
         for rank, procs in self.handle.rank_processes().items():
-            total = 0
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    total += proc.memory_info().rss
-            if total / 2**20 > worst[1]:
-                worst = (rank, total / 2**20)
+            total = tree_memory_mb(procs)
+            if total > worst[1]:
+                worst = (rank, total)
         return worst
 
     def watch(self) -> Verdict:
@@ -125,13 +145,23 @@ class Monitor:
         initial_beat = self._heartbeat_mtime()
         last_beat, last_beat_at = initial_beat, start
         started = False
+        polls = 0
+        host_budget = None if self.device_memory else self.max_memory_mb
         while True:
             now = self.clock()
+            polls += 1
             for window in self.tail.read():
                 verdict.windows.append(window)
                 if self.on_window is not None and self.on_window(window):
                     verdict.outcome = Outcome.PRUNED
                     verdict.reason = f"pruned at step {window.step}"
+                    return verdict
+                if self.device_memory and self.max_memory_mb is not None and window.peak_memory_mb > self.max_memory_mb:
+                    verdict.outcome = Outcome.OOM
+                    verdict.reason = (
+                        f"device memory {window.peak_memory_mb:.0f} MB (max_memory_allocated, the largest rank) "
+                        f"is over the budget of {self.max_memory_mb:.0f} MB"
+                    )
                     return verdict
             if self.handle.poll() is not None:
                 verdict.windows.extend(self.tail.read())
@@ -140,12 +170,12 @@ class Monitor:
             if beat != last_beat:
                 last_beat, last_beat_at = beat, now
                 started = True
-            if self.max_memory_mb is not None:
+            if host_budget is not None or polls % HOST_MEMORY_EVERY == 1:
                 rank, mb = self._memory()
                 verdict.observed_peak_mb = max(verdict.observed_peak_mb, mb)
-                if mb > self.max_memory_mb:
+                if host_budget is not None and mb > host_budget:
                     verdict.outcome = Outcome.OOM
-                    verdict.reason = f"rank {rank} used {mb:.0f} MB, over the budget of {self.max_memory_mb:.0f} MB"
+                    verdict.reason = f"rank {rank} used {mb:.0f} MB, over the budget of {host_budget:.0f} MB"
                     return verdict
             elapsed = now - start
             if elapsed > self.limits.max_seconds:
@@ -303,6 +333,7 @@ def run_trial(
             on_window=on_window,
             on_tick=on_tick,
             poll_s=poll_s,
+            device_memory=plan.config.device == "cuda",
         ).watch()
         if verdict.outcome in (Outcome.HANG, Outcome.TIMEOUT):
             cause = handle.diagnose()
@@ -350,7 +381,11 @@ def run_trial(
             if w.window_throughput_samples_s > 0
         )
     if verdict.observed_peak_mb:
-        result.peak_memory_mb = max(result.peak_memory_mb or 0.0, round(verdict.observed_peak_mb, 2))
+        # peak_memory_mb is the number the budget checks: device memory on CUDA (the windows'), host memory
+        # (PSS of the rank trees) on CPU. Host memory is its own metric on every device.
+        result.host_memory_mb = round(verdict.observed_peak_mb, 2)
+        if plan.config.device != "cuda":
+            result.peak_memory_mb = max(result.peak_memory_mb or 0.0, result.host_memory_mb)
     _knob_facts(result, plan, trial_dir)
     with contextlib.suppress(OSError):
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))

@@ -47,7 +47,8 @@ class TrialResult:
     outcome: Outcome
     reason: str = ""
     throughput_samples_s: float | None = None
-    peak_memory_mb: float | None = None
+    peak_memory_mb: float | None = None  # CUDA: device memory (max_memory_allocated); CPU: host memory (PSS)
+    host_memory_mb: float | None = None  # the largest rank tree's host memory (PSS) as the monitor sampled it
     loss: float | None = None
     eval_loss: float | None = None  # held-out loss at the end (workloads with an eval_dataset, complete trials)
     steps: int = 0

@@ -51,16 +51,19 @@ class RankContext:
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: max_memory_allocated. CPU: peak RSS (VmHWM) of this rank plus its DataLoader workers."""
+    """CUDA: max_memory_allocated. CPU: this rank and its DataLoader workers now, as the sum of their PSS
+    (a copy-on-write page a worker shares with the rank counts once, not once per worker), or this rank's
+    own peak RSS (VmHWM) when that is larger. The caller keeps the maximum over windows."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    total_kb = _hwm_kb(os.getpid())
     import psutil
 
+    from autotune.trial_runner._monitor import tree_memory_mb
+
+    procs = [psutil.Process()]
     with contextlib.suppress(psutil.Error):
-        for child in psutil.Process().children(recursive=True):
-            total_kb += _hwm_kb(child.pid)
-    return total_kb / 1024
+        procs += psutil.Process().children(recursive=True)
+    return max(tree_memory_mb(procs), _hwm_kb(os.getpid()) / 1024)
 
 
 def _hwm_kb(pid: int) -> int:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -144,3 +147,51 @@ Root Cause (first observed failure):
   exitcode  : 1 (pid: 11671)
 """
     assert summarize_torchrun_failure(report) == "rank 1 exited with status 1; rank 0 killed by SIGTERM"
+
+
+def test_a_rank_and_its_forked_workers_count_shared_pages_once() -> None:
+    # A "rank" touches 300 MB, then forks two "DataLoader workers" that only sleep: their pages are the
+    # rank's, copy-on-write. Summed RSS says ~900 MB; the memory autotune measures (PSS) about 300 MB, so
+    # num_workers is not charged for memory it does not use.
+    from autotune.trial_runner._monitor import tree_memory_mb
+
+    script = (
+        "import os, sys, time\n"
+        "block = bytearray(300 * 2**20)\n"
+        "for i in range(0, len(block), 4096): block[i] = 1\n"
+        "for _ in range(2):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(60); os._exit(0)\n"
+        "print('ready', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        root = psutil.Process(proc.pid)
+        tree = [root, *root.children(recursive=True)]
+        assert len(tree) == 3
+        rss = sum(p.memory_info().rss for p in tree) / 2**20
+        measured = tree_memory_mb(tree)
+        assert rss > 800
+        assert 290 < measured < 420, (measured, rss)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def test_on_cuda_the_budget_checks_device_memory_not_host_memory(tmp_path: Path) -> None:
+    # peak_memory_mb on CUDA is device memory (the windows' max_memory_allocated); the budget checks that
+    # same number. Host memory (here 2000 MB of rank tree) is measured, and does not make the trial oom.
+    over = {**_window(2), "peak_memory_mb": 900.0}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_window(1)) + "\n" + json.dumps(over) + "\n")
+    run = ScriptedRun()
+    run.rss_mb = {0: 2000.0}
+    verdict = _monitor(tmp_path, run, Clock(), max_memory_mb=500.0, device_memory=True).watch()
+    assert verdict.outcome is Outcome.OOM
+    assert verdict.reason.startswith("device memory 900 MB") and "budget of 500 MB" in verdict.reason
+
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(_window(1)) + "\n")
+    verdict = _monitor(tmp_path, run, Clock(), max_memory_mb=500.0, device_memory=True).watch()
+    assert verdict.outcome is Outcome.TIMEOUT  # 2000 MB of host memory is no device oom
+    assert verdict.observed_peak_mb == 2000.0  # but it is measured: host_memory_mb
