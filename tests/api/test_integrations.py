@@ -102,3 +102,40 @@ def test_lightning_fits_one_step_with_the_calibration(tmp_path: Path) -> None:
                                 max_steps=2)
     trainer.fit(Net(), DataLoader(TensorDataset(torch.randn(64, 3)), **out["dataloader"]))
     assert trainer.global_step == 2
+
+
+@pytest.mark.slow
+def test_the_hf_example_tunes_and_its_calibration_trains_with_the_hf_trainer(tmp_path: Path) -> None:
+    """studies/hf_gpt2: calibrate() on a real GPT2LMHeadModel, then a transformers Trainer and a Lightning
+    Trainer built from the calibration (the Trainer runs two steps)."""
+    import shutil
+    import sys
+
+    import autotune
+
+    root = Path(__file__).resolve().parent.parent.parent / "studies"
+    shutil.copy(root / "hf_gpt2.py", tmp_path / "hf_gpt2.py")
+    shutil.copy(root / "hf_gpt2.yaml", tmp_path / "hf_gpt2.yaml")
+    cal = autotune.calibrate(
+        tmp_path / "hf_gpt2.yaml", n_trials=2,
+        trial__max_steps=6, trial__warmup_steps=2, confirm__top_k=0,
+        search_space__batch_size={"choices": [8, 16]}, search_space__world_size=1,
+        workload__args={"n_layer": 1, "n_embd": 32, "n_head": 2, "seq_len": 32, "samples": 256},
+    )
+    assert cal.throughput_samples_s and cal.throughput_samples_s > 0
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], max_steps=2,
+                                          save_strategy="no", **cal.to_hf_training_arguments())
+    assert args.per_device_train_batch_size == cal.batch_size
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import hf_gpt2  # the example's own workload file
+
+        workload = hf_gpt2.build(n_layer=1, n_embd=32, n_head=2, seq_len=32, samples=256)
+    finally:
+        sys.path.remove(str(tmp_path))
+    trainer = transformers.Trainer(model=workload.model(), args=args, train_dataset=workload.dataset(),
+                                   data_collator=workload.collate_fn)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    lightning.Trainer(**cal.to_lightning()["trainer"], logger=False, enable_checkpointing=False,
+                      default_root_dir=str(tmp_path))
