@@ -185,6 +185,21 @@ def time_to_loss_attrs(result: TrialResult, spec: Any) -> dict[str, Any]:
     return estimate.attrs()
 
 
+def window_extras(windows: Sequence[Window], spec: Any) -> list[list[float | None]]:
+    """What a stored window holds beyond ``[step, throughput, memory, loss]``: in a time_to_loss study the
+    running estimate after that window (what the trial reported then), so that autotune's multi-objective
+    rule can compare finished trials on it at a step. ``[]`` per window otherwise."""
+    objective = next((o for o in spec.objectives if o.metric == "time_to_loss"), None)
+    if objective is None:
+        return [[] for _ in windows]
+    running = RunningTimeToLoss(float(objective.target))
+    out: list[list[float | None]] = []
+    for w in windows:
+        value = running(w)
+        out.append([value if math.isfinite(value) else None])
+    return out
+
+
 class RunningTimeToLoss:
     """The intermediate time-to-loss value of a running trial: the estimate from its windows so far.
 

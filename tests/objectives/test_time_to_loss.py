@@ -194,3 +194,21 @@ def test_best_reports_the_time_to_loss_median(both) -> None:  # type: ignore[no-
     metrics = json.loads(result.output)["metrics"]
     assert summary.best is not None
     assert metrics["time_to_loss_s_median"] == pytest.approx(summary.best.median)
+
+
+def test_stored_windows_carry_the_running_estimate_for_the_multi_objective_rule() -> None:
+    from autotune.objectives._time_to_loss import window_extras
+    from autotune.tuner import _window_values
+
+    doc = {"name": "x", "workload": {"entrypoint": "a:b"},
+           "objectives": [{"metric": "time_to_loss", "target": 1.5}, {"metric": "peak_memory_mb"}]}
+    spec = parse_spec(doc)
+    windows = _windows([3.0, 2.0, 1.0])
+    extras = window_extras(windows, spec)
+    running = RunningTimeToLoss(1.5)
+    assert [e[0] for e in extras] == pytest.approx([running(w) for w in windows])
+    last = windows[-1]
+    stored = [last.step, last.throughput_samples_s, last.peak_memory_mb, last.loss, *extras[-1]]
+    assert _window_values(stored, spec) == pytest.approx([extras[-1][0], 10.0])
+    assert _window_values(stored[:4], spec) is None  # a trial stored without it is not compared
+    assert window_extras(windows, parse_spec({"name": "x", "workload": {"entrypoint": "a:b"}})) == [[], [], []]
