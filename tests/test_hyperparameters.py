@@ -263,3 +263,18 @@ def test_the_reference_study_searches_lr_weight_decay_and_batch_on_time_to_loss(
     assert [o.metric for o in spec.objectives] == ["time_to_loss"] and spec.objectives[0].target
     space = spec.space()
     assert {"hp.base_lr", "hp.optimizer.weight_decay", "batch_size"} <= set(space.distributions())
+
+
+def test_the_json_schema_accepts_the_hyperparameters_section() -> None:
+    import jsonschema
+
+    from autotune.spec import StudySpec, read_yaml
+
+    schema = StudySpec.model_json_schema()
+    document = read_yaml((HERE.parent / "studies" / "hyperparameters.yaml").read_text(), "hyperparameters.yaml")
+    document["hyperparameters"]["layers"] = {"value": [64, 32]}
+    document["hyperparameters"]["optimizer.betas"] = {"choices": [[0.9, 0.999], [0.9, 0.95]]}
+    jsonschema.validate(document, schema)
+    document["hyperparameters"]["bad"] = {"low": 1, "hihg": 2}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, schema)
