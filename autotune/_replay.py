@@ -19,7 +19,7 @@ from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
 from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window
 
-__all__ = ["Measured", "NoLaunch", "replay_runner"]
+__all__ = ["Measured", "NoLaunch", "recorded_runner", "replay_runner"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,78 @@ def replay_runner(landscape: Landscape) -> Callable[..., TrialResult]:
             result.time_to_first_step_s = last.time_to_first_step_s
             result.training_s = (last.step - limits.warmup_steps) * step_s
         result.wall_s = m.overhead_s + (windows[-1].step if windows else limits.warmup_steps) * step_s
+        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+        return result
+
+    return run
+
+
+def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable[..., TrialResult]:
+    """A ``run_trial`` that replays recorded trials (benchmarks/landscape.py's records): ``lookup`` gives a
+    configuration's record (``outcome``, ``reason``, ``wall_s``, ``windows`` with ``step``, ``elapsed_s``,
+    ``throughput_samples_s``, ``window_throughput_samples_s``, ``peak_memory_mb``, ``loss``).
+
+    Each recorded window goes to ``on_window``; a pruned trial's ``wall_s`` is the launch-to-window time
+    plus the trial's own teardown (its wall time after its last window). A trial the record says failed
+    ends with that outcome and no windows.
+    """
+
+    def run(
+        plan: TrialPlan,
+        trial_dir: Path,
+        launcher: Launcher,
+        *,
+        max_memory_mb: float | None = None,
+        on_window: Callable[[Window], bool] | None = None,
+        on_tick: Callable[[float, list[Window]], None] | None = None,
+        **_: Any,
+    ) -> TrialResult:
+        record = lookup(plan.config)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        plan.write(trial_dir)
+        recorded = record.get("windows") or []
+        wall = float(record.get("wall_s") or 0.0)
+        teardown = max(0.0, wall - float(recorded[-1]["elapsed_s"])) if recorded else 0.0
+        first_step = record.get("time_to_first_step_s") or 0.0
+        outcome = Outcome(record.get("outcome", "complete"))
+        reason = str(record.get("reason", ""))
+        result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir), wall_s=wall)
+        windows: list[Window] = []
+        if outcome is Outcome.COMPLETE:
+            for w in recorded:
+                window = Window(
+                    step=int(w["step"]),
+                    samples=int(w["step"]) * plan.config.global_batch,
+                    elapsed_s=float(w["elapsed_s"]),
+                    window_throughput_samples_s=float(
+                        w.get("window_throughput_samples_s") or w["throughput_samples_s"]
+                    ),
+                    throughput_samples_s=float(w["throughput_samples_s"]),
+                    loss=float(w.get("loss") or 0.0),
+                    peak_memory_mb=float(w.get("peak_memory_mb") or 0.0),
+                    time_to_first_step_s=float(first_step),
+                )
+                windows.append(window)
+                if on_window is not None and on_window(window):
+                    result.outcome, result.reason = Outcome.PRUNED, f"pruned at step {window.step}"
+                    result.wall_s = min(wall, window.elapsed_s + teardown)
+                    break
+                if max_memory_mb is not None and window.peak_memory_mb > max_memory_mb:
+                    result.outcome = Outcome.OOM
+                    result.reason = (
+                        f"rank 0 used {window.peak_memory_mb:.0f} MB, over the budget of {max_memory_mb:.0f} MB"
+                    )
+                    break
+        result.windows = windows
+        if windows:
+            last = windows[-1]
+            result.throughput_samples_s, result.loss = last.throughput_samples_s, last.loss
+            result.peak_memory_mb = max(w.peak_memory_mb for w in windows)
+            result.steps, result.samples = last.step, last.samples
+            result.time_to_first_step_s = last.time_to_first_step_s
+        if result.outcome is Outcome.COMPLETE and record.get("throughput_samples_s"):
+            result.throughput_samples_s = float(record["throughput_samples_s"])
+            result.training_s = float(record.get("training_s") or 0.0)
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 

@@ -1,15 +1,17 @@
 """Search efficiency: how many trials, and how much trial time, until a study finds a near-best configuration.
 
-Replays studies against a recorded landscape (landscape.py: every configuration of a grid measured once)
-with real Optuna samplers and pruners. A trial's configuration is looked up in the landscape; its
-intermediate values are the recorded windows (each reported at its step, then ``should_prune()``, as the
-tuner does); its cost is its recorded wall time, or for a pruned trial the seconds from launch to the
-window it was pruned at plus the trial's own teardown (its wall time after its last window). Strategies:
+Replays studies against a recorded landscape (landscape.py: every configuration of a grid measured once).
+The autotune strategies run the real tuner (``autotune.tuner.Tuner`` on a study file, its own SQLite
+storage, sampler, pruner, baseline and choice) with one seam: a trial's result comes from the landscape
+instead of a launch (``autotune._replay.recorded_runner``): its recorded windows go to the tuner's window
+callback (report, prune) as the monitor hands them over; its cost is its recorded wall time, or for a
+pruned trial the seconds from launch to the window it was pruned at plus the trial's own teardown (its
+wall time after its last window). The comparison strategies (random, grid, Optuna's TPE) are plain
+Optuna loops over the same records. Strategies:
 
-- ``autotune``: the sampler and pruner autotune builds for a study file that leaves both at their defaults
-  (``make_sampler``/``make_pruner``: Gaussian-process search that learns from pruned trials, and the
-  ``best`` pruner), the baseline (the workload's default configuration) enqueued first and never pruned,
-  as the tuner does;
+- ``autotune``: the tuner on a study file that leaves sampler and pruner at their defaults (Gaussian-process
+  search that learns from pruned and failed trials, and the ``best`` pruner; the baseline first, reporting
+  its windows and never pruned);
 - ``autotune-no-pruning``: the same sampler and baseline, no pruner (to measure what pruning saves);
 - ``autotune-tpe``: the earlier default, ``sampler: tpe`` (grouped multivariate TPE) with ``pruner: median``;
 - ``random``: Optuna's RandomSampler; ``grid``: Optuna's GridSampler (a seeded order of the grid);
@@ -94,6 +96,13 @@ class Landscape:
             raise SystemExit(f"{path}: no complete configuration in the landscape")
         return cls(path, records, data["settings"], data["machine"], max(values))
 
+    def by_config(self) -> dict[str, dict[str, Any]]:
+        """The records by today's configuration key (knobs added since the recording take their defaults)."""
+        from autotune.objectives import config_key
+        from autotune.search_space import TrialConfig
+
+        return {config_key(TrialConfig.model_validate(r["config"]).model_dump()): r for r in self.records.values()}
+
     @property
     def size(self) -> int:
         return len(self.records)
@@ -151,26 +160,58 @@ def pruned_cost(record: dict[str, Any], window: dict[str, Any]) -> float:
     return min(float(record["wall_s"]), float(window["elapsed_s"]) + teardown)
 
 
+def tuner_replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
+    """One autotune strategy: the real Tuner, trials replayed from the landscape (no confirmation runs)."""
+    import tempfile
+
+    from autotune._replay import NoLaunch, recorded_runner
+    from autotune.objectives import config_key
+    from autotune.search_space import TrialConfig
+    from autotune.tuner import Tuner
+
+    pruner = {"name": "none"} if strategy == "autotune-no-pruning" else None
+    sampler: dict[str, Any] = {"seed": seed}
+    if strategy == "autotune-tpe":  # the earlier default: grouped multivariate TPE + noise-aware median pruning
+        sampler, pruner = {"name": "tpe", "seed": seed}, {"name": "median"}
+    by_config = landscape.by_config()
+
+    def lookup(config: TrialConfig) -> dict[str, Any]:
+        record = by_config.get(config_key(config.model_dump()))
+        if record is None:
+            raise SystemExit(f"{landscape.path}: configuration {config.short()} is not in the landscape")
+        return record
+
+    with tempfile.TemporaryDirectory(prefix="autotune-replay-") as folder:
+        document = landscape.document(f"replay-{strategy}-{seed}", sampler, budget, pruner=pruner,
+                                      confirm={"top_k": 0}, storage=f"sqlite:///{folder}/replay.db")
+        spec = make_spec(document, Path(folder))  # trial folders in the temp folder
+        tuner = Tuner(spec, launcher=NoLaunch(), run_trial=recorded_runner(lookup))
+        summary = tuner.run(n_trials=max_trials)
+        out = Replay(strategy, seed)
+        for t in summary.study.get_trials(deepcopy=False):
+            outcome = t.user_attrs.get("outcome")
+            out.keys.append(str(t.user_attrs.get("config_key")))
+            out.costs.append(float(t.user_attrs.get("wall_s") or 0.0))
+            out.states.append(outcome if outcome in ("complete", "pruned") else "fail")
+            value = t.user_attrs.get("throughput_samples_s")
+            out.values.append(float(value) if value is not None and outcome in ("complete", "pruned") else None)
+        return out
+
+
 def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
     import optuna
 
     from autotune.objectives import config_key
-    from autotune.study import grid_points, make_pruner, make_sampler
+    from autotune.study import grid_points
 
-    if strategy == "autotune-tpe":  # the earlier default: grouped multivariate TPE + noise-aware median pruning
-        document = landscape.document(f"replay-{strategy}-{seed}", {"name": "tpe", "seed": seed}, budget,
-                                      pruner={"name": "median"})
-    else:  # autotune's defaults
-        document = landscape.document(f"replay-{strategy}-{seed}", {"seed": seed}, budget)
+    if strategy.startswith("autotune"):
+        return tuner_replay(strategy, seed, landscape, max_trials, budget)
+    document = landscape.document(f"replay-{strategy}-{seed}", {"seed": seed}, budget)
     spec = make_spec(document)
     space = spec.space()
     sampler: optuna.samplers.BaseSampler
     pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
-    if strategy.startswith("autotune"):
-        sampler = make_sampler(spec, space)
-        if strategy != "autotune-no-pruning":
-            pruner = make_pruner(spec)
-    elif strategy == "random":
+    if strategy == "random":
         sampler = optuna.samplers.RandomSampler(seed=seed)
     elif strategy == "grid":
         sampler = optuna.samplers.GridSampler(grid_points(space), seed=seed)
@@ -179,14 +220,13 @@ def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budg
     else:
         raise ValueError(strategy)
     study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
-    if strategy.startswith("autotune"):
-        study.enqueue_trial(space.params_of(space.default_config()), user_attrs={"role": "baseline"})
     out = Replay(strategy, seed)
+    by_config = landscape.by_config()
 
     def objective(trial: optuna.Trial) -> float:
         config = space.suggest(trial)
         key = config_key(config.model_dump())
-        record = landscape.records.get(key)
+        record = by_config.get(key)
         if record is None:
             raise SystemExit(f"{landscape.path}: configuration {config.short()} is not in the landscape")
         searched = trial.user_attrs.get("role") != "baseline"
