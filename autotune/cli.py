@@ -167,12 +167,16 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
     from autotune.console import print_trial_result, trial_progress
     from autotune.spec import load_spec
     from autotune.trial_runner import Outcome, make_launcher, plan_for, run_trial
+    from autotune.workload_check import native_bf16
 
     knob_sets, study_sets = _split_sets(sets)
     spec = load_spec(study_file, overrides=study_sets)
     space = spec.space()
     config = space.config(space.parse_sets(knob_sets))
     folder = Path(trial_dir) if trial_dir else spec.runs_dir() / f"trial-{_stamp()}"
+    if config.amp == "bf16" and config.device == "cpu" and native_bf16() is False:
+        err_console.print("[yellow]warning[/] amp=bf16 on this CPU has no native bf16 (no AVX512_BF16/AMX flags): "
+                          "it is emulated and usually several times slower than fp32", highlight=False)
     launcher = make_launcher(spec)
     try:
         with trial_progress(err_console, spec.trial, enabled=not as_json) as on_tick:
