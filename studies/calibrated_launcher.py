@@ -55,6 +55,10 @@ def train(steps: int) -> None:
     else:
         model = DistributedDataParallel(model, **calibration.ddp_kwargs())
     optimizer = workload.optimizer(model.parameters(), calibration.lr)
+    if dist.get_rank() == 0:
+        seen = {name: os.environ.get(name) for name in calibration.env()}
+        sharding = calibration.config.sharding
+        print(f"rank 0: {torch.get_num_threads()} threads, {sharding}, environment {seen}", flush=True)
     batches = iter(loader)
     for step in range(steps):
         for micro in range(calibration.grad_accum):
