@@ -202,14 +202,17 @@ def _debug() -> bool:
 
 
 def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """`trial --set`: knob=value items, and study-file overrides (a dotted key or a top-level study key)."""
+    """`trial --set`: knob=value items (and env.NAME=value), and study-file overrides (another dotted key, or a
+    top-level study-file key)."""
     from autotune._knobs import KNOBS
     from autotune.spec import StudySpec
 
     knobs, study = [], []
     for item in sets:
         key = item.partition("=")[0].strip()
-        if key not in KNOBS and ("." in key or key in StudySpec.model_fields):
+        if key.startswith("env."):  # one trial's environment variable (the search space parses it)
+            knobs.append(item)
+        elif key not in KNOBS and ("." in key or key in StudySpec.model_fields):
             study.append(item)
         else:
             knobs.append(item)

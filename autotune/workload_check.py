@@ -271,7 +271,7 @@ def study_warnings(spec: StudySpec, device: str) -> list[str]:
     return out
 
 
-_DEBUG = "; fix the workload (autotune --debug shows the traceback)"
+_DEBUG = "; fix the workload (autotune --debug shows the traceback; validate --no-build skips this check)"
 
 
 def _brief(e: BaseException) -> str:
