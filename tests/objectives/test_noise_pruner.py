@@ -88,3 +88,42 @@ def test_best_needs_only_one_finished_trial() -> None:
     study = _study("maximize", FINISHED[:1])
     assert NoiseAwarePruner(0.0, n_startup_trials=1).prune(study, _running(study, {10: 80.0}))
     assert not NoiseAwarePruner(0.0, n_startup_trials=2).prune(study, _running(study, {10: 80.0}))
+
+
+def _finished(study: optuna.Study, value: float, outcome: str, memory: float,
+              pruner: optuna.pruners.BasePruner | None = None) -> None:
+    trial = study.ask()
+    trial.report(value, 10)
+    if pruner is not None:  # Optuna's successive halving records a trial's rungs when it is asked
+        pruner.prune(study, study._storage.get_trial(trial._trial_id))
+    trial.set_user_attr("outcome", outcome)
+    trial.set_constraint("memory", memory)
+    study.tell(trial, value)
+
+
+INFEASIBLE = [("oom", 500.0), ("diverged", -1.0), ("complete", 500.0)]
+
+
+@pytest.mark.parametrize("outcome, memory", INFEASIBLE)
+def test_an_infeasible_or_unfinished_trial_is_never_the_reference(outcome: str, memory: float) -> None:
+    # The baseline ran to its end at 100; a trial measured 300 before it blew the memory budget (oom, told
+    # COMPLETE with its partial values), or diverged, or finished over the budget. A feasible trial at 95 is
+    # within the margin of the baseline and must not be pruned against the infeasible 300.
+    study = optuna.create_study(direction="maximize")
+    _finished(study, 100.0, "complete", -1.0)
+    _finished(study, 300.0, outcome, memory)
+    assert not NoiseAwarePruner(0.0, n_startup_trials=1).prune(study, _running(study, {10: 95.0}))
+    assert NoiseAwarePruner(0.0, n_startup_trials=1).prune(study, _running(study, {10: 80.0}))
+
+
+@pytest.mark.parametrize("outcome, memory", INFEASIBLE)
+def test_successive_halving_sees_only_feasible_complete_references(outcome: str, memory: float) -> None:
+    from autotune.study import FeasibleReferences
+
+    halving = optuna.pruners.SuccessiveHalvingPruner(min_resource=10, reduction_factor=2)
+    study = optuna.create_study(direction="maximize")
+    _finished(study, 300.0, outcome, memory, halving)
+    _finished(study, 100.0, "complete", -1.0, halving)
+    # 105 beats the one feasible reference (100); Optuna's own pruner keeps only the top half, the infeasible 300
+    assert halving.prune(study, _running(study, {10: 105.0}))
+    assert not FeasibleReferences(halving).prune(study, _running(study, {10: 105.0}))
