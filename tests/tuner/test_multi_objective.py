@@ -66,7 +66,7 @@ def test_the_multi_objective_pruning_hook_prunes_dominated_trials_only(study_dir
     assert sd.db.exists()
 
     trial = study.ask()
-    hook = tuner._pruning(study, trial)
+    hook = tuner._pruning(study, trial, prune=True)
     assert hook is not None
     assert not hook(_window(8, 100.0, 900.0)), "nothing finished yet: nothing to compare with"
 
@@ -83,7 +83,7 @@ def test_the_multi_objective_pruning_hook_prunes_dominated_trials_only(study_dir
     ))
 
     trial = study.ask()
-    hook = tuner._pruning(study, trial)
+    hook = tuner._pruning(study, trial, prune=True)
     assert hook is not None
     assert hook(_window(8, 500.0, 400.0)), "slower and bigger than every finished trial: pruned"
     assert not hook(_window(8, 500.0, 100.0)), "a trade-off (least memory) is kept"
@@ -101,6 +101,6 @@ def test_the_multi_objective_pruning_hook_prunes_dominated_trials_only(study_dir
     ))
     other_study.add_trial(_finished(9000.0, 10.0, outcome="diverged"))
     other_study.add_trial(_finished(9000.0, 10.0))
-    hook = other._pruning(other_study, other_study.ask())
+    hook = other._pruning(other_study, other_study.ask(), prune=True)
     assert hook is not None
     assert not hook(_window(8, 500.0, 400.0)), "one comparable trial is below n_startup_trials (2)"
