@@ -12,6 +12,7 @@ records (``errors/rank<N>.json``), which follow :mod:`traceback`'s format::
 
 from __future__ import annotations
 
+import json
 import re
 import sysconfig
 import traceback
@@ -103,3 +104,18 @@ def parse_lines(lines: list[str]) -> ParsedError | None:
             if frame.source:
                 kept.append(body[i + 1])
     return ParsedError(exception or lines[-1].strip(), user, kept, lines)
+
+
+def recorded_where(trial_dir: str | Path | None) -> str | None:
+    """The user's file:line the trial's ranks recorded (errors/rank<N>.json "where"), earliest error first."""
+    if not trial_dir:
+        return None
+    records = []
+    for path in sorted(Path(trial_dir, "errors").glob("rank*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("where"):
+            records.append((float(record.get("time") or 0.0), str(record["where"])))
+    return min(records)[1] if records else None

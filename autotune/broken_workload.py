@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from autotune._traceback import parse_lines
+from autotune._traceback import parse_lines, recorded_where
 from autotune.errors import AutotuneError
 
 __all__ = ["STOP_AFTER", "BrokenWorkload", "BrokenWorkloadError", "check", "find_broken"]
@@ -84,12 +84,15 @@ def find_broken(trials: list[Any], stop_after: int = STOP_AFTER) -> BrokenWorklo
     configs = {str(t.user_attrs.get("config_key") or t.user_attrs.get("config")) for t in first}
     if len(configs) < 2:
         return None  # one configuration repeated: that says nothing about the others
-    parsed = parse_lines(list(first[-1].user_attrs.get("error_lines") or []))
-    user = parsed.user if parsed is not None else None
+    last = first[-1].user_attrs
+    parsed = parse_lines(list(last.get("error_lines") or []))
+    where = parsed.user.where() if parsed is not None and parsed.user is not None else None
+    if where is None:  # the stored lines are the last few: the rank's record has the frame however deep
+        where = recorded_where(last.get("trial_dir"))
     contract = error.split(": ", 1)[-1].startswith(_CONTRACT)
-    if user is None and not contract:
+    if where is None and not contract:
         return None  # raised in a library or in autotune without passing through the workload's code
-    return BrokenWorkload([t.number for t in first], error, user.where() if user else None)
+    return BrokenWorkload([t.number for t in first], error, where)
 
 
 def check(study: Any, source: str) -> None:

@@ -62,7 +62,7 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     autotune's own frames only with ``debug``."""
     style = OUTCOME_STYLE.get(result.outcome.value, "white")
     console.print(f"[bold {style}]{result.outcome.value}[/]  {escape(result.reason)}")
-    shown = _print_workload_error(console, result.error_lines, debug)
+    shown = _print_workload_error(console, result.error_lines, debug, result.trial_dir)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("config", config.short())
     table.add_row("throughput", fmt(result.throughput_samples_s, ",.1f", " samples/s"))
@@ -82,10 +82,10 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
             console.print(f"  {line}", markup=False, highlight=False)
 
 
-def _print_workload_error(console: Console, lines: list[str], debug: bool) -> bool:
+def _print_workload_error(console: Console, lines: list[str], debug: bool, trial_dir: str = "") -> bool:
     """The recorded traceback, the workload's part first: exception, user's file:line, the frames outside
     autotune. Returns False when the lines hold no traceback (they are then printed as they are)."""
-    from autotune._traceback import parse_lines
+    from autotune._traceback import parse_lines, recorded_where
 
     parsed = parse_lines(lines) if lines else None
     if parsed is None:
@@ -95,6 +95,8 @@ def _print_workload_error(console: Console, lines: list[str], debug: bool) -> bo
         console.print(f"  at {escape(parsed.user.where())}", highlight=False)
         if parsed.user.source:
             console.print(f"    {parsed.user.source}", markup=False, highlight=False)
+    elif where := recorded_where(trial_dir):  # the user's frame lies deeper than the lines kept
+        console.print(f"  at {escape(where)}", highlight=False)
     if debug:
         console.print("[dim]traceback (as the rank recorded it):[/]")
         for line in parsed.all_lines:

@@ -123,3 +123,16 @@ def test_run_stops_early_and_exits_1(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="broken", storage=f"sqlite:///{tmp_path / 'broken.db'}")
     assert len(study.trials) == STOP_AFTER  # not the budget of 12
     assert {t.user_attrs["outcome"] for t in study.trials} == {"crashed"}
+
+
+def test_the_users_frame_is_read_from_the_ranks_record_when_the_stored_lines_lost_it(tmp_path: Path) -> None:
+    """The study keeps a trial's last 15 lines; under a deep library stack the user's frame is above them."""
+    import json
+
+    library_only = [ln for ln in LINES if USER_FILE not in ln and "return model" not in ln]
+    trials = [trial(i, lines=library_only) for i in range(3)]
+    (tmp_path / "errors").mkdir()
+    (tmp_path / "errors" / "rank0.json").write_text(json.dumps({"time": 1.0, "where": f"{USER_FILE}:10 in loss"}))
+    trials[-1].user_attrs["trial_dir"] = str(tmp_path)
+    verdict = find_broken(trials)
+    assert verdict is not None and verdict.where == f"{USER_FILE}:10 in loss"

@@ -114,6 +114,11 @@ def write_error(trial_dir: Path, rank: int, error: BaseException) -> None:
         "lines": flat[-60:],  # room for the user's frame under a library's (shown first by the CLI)
         "time": time.time(),
     }
+    with contextlib.suppress(Exception):  # the innermost frame in the workload's code, however deep below it
+        from autotune._traceback import user_frame
+
+        frame = user_frame(error.__traceback__)
+        record["where"] = frame.where() if frame else None
     folder = trial_dir / ERRORS_DIR
     with contextlib.suppress(OSError):
         folder.mkdir(exist_ok=True)
