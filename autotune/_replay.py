@@ -161,7 +161,8 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
         reason = str(record.get("reason", ""))
         result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir), wall_s=wall)
         windows: list[Window] = []
-        if outcome is Outcome.COMPLETE:
+        if outcome in (Outcome.COMPLETE, Outcome.PRUNED):  # a pruned record replays the windows it had
+            result.outcome = Outcome.COMPLETE
             for w in recorded:
                 window = Window(
                     step=int(w["step"]),
@@ -193,7 +194,7 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
             result.peak_memory_mb = max(w.peak_memory_mb for w in windows)
             result.steps, result.samples = last.step, last.samples
             result.time_to_first_step_s = last.time_to_first_step_s
-        if result.outcome is Outcome.COMPLETE and record.get("throughput_samples_s"):
+        if result.outcome is Outcome.COMPLETE and outcome is Outcome.COMPLETE and record.get("throughput_samples_s"):
             result.throughput_samples_s = float(record["throughput_samples_s"])
             result.training_s = float(record.get("training_s") or 0.0)
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))

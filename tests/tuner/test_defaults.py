@@ -18,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from autotune._replay import Measured, NoLaunch, replay_runner
+from autotune._replay import Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.calibration import load_calibration
 from autotune.console import print_summary
 from autotune.objectives import config_key
@@ -193,9 +193,9 @@ def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: C
 def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., StudyDir]) -> None:
     # The real CLI, real torchrun ranks on a tiny model, no sampler or pruner named: the baseline reports its
     # windows, and the summary, `autotune best` and the report name one winner.
-    sd = study_dir("e2e-defaults", search_space={"batch_size": {"choices": [16, 32, 64]}},
-                   confirm={"top_k": 1, "repeats": 1})
-    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=300)
+    sd = study_dir("e2e-defaults", search_space={"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0,
+                   "high": 1}}, confirm={"top_k": 1, "repeats": 1}, sampler={"seed": 0})
+    out = sd.autotune("run", "study.yaml", "--n-trials", "5", timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     trials = study.get_trials(deepcopy=False)
@@ -216,6 +216,21 @@ def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., S
         assert "the default configuration is the best measured" in out.stdout
     else:
         assert f"speedup: {record['speedup']:.2f}x" in out.stdout
+    # The replay is the tuner: the same study replayed from its own recorded trials, same seed, makes the
+    # same decisions trial by trial (configuration, outcome, the step a pruned trial stopped at).
+    records = {t.user_attrs["config_key"]: _record_of(t) for t in trials if t.user_attrs["role"] != "confirm"}
+    replayed = study_dir("e2e-defaults-replayed", search_space={"batch_size": {"choices": [16, 32, 64]},
+                         "num_workers": {"low": 0, "high": 1}}, confirm={"top_k": 1, "repeats": 1},
+                         sampler={"seed": 0})
+    lookup = recorded_runner(lambda config: records[config_key(config.model_dump())])
+    Tuner(load_spec(str(replayed.file)), launcher=NoLaunch(), run_trial=lookup).run(n_trials=5)
+    again = replayed.load().get_trials(deepcopy=False)
+
+    def decisions(ts: list[optuna.trial.FrozenTrial]) -> list[tuple[str, str, int | None]]:
+        return [(t.user_attrs["config_key"], t.user_attrs["outcome"], t.last_step) for t in ts
+                if t.user_attrs["role"] != "confirm"]
+
+    assert decisions(again) == decisions(trials)
 
 
 def test_with_trial_samples_loss_is_reported_and_compared_at_equal_samples(
@@ -232,3 +247,13 @@ def test_with_trial_samples_loss_is_reported_and_compared_at_equal_samples(
         assert sorted(t.intermediate_values) == [w[0] * batch for w in t.user_attrs["windows"]]
         if t.user_attrs["outcome"] == "complete":
             assert 960 <= t.user_attrs["samples"] < 960 + batch  # equal samples seen, to within one batch
+
+def _record_of(t: optuna.trial.FrozenTrial) -> dict[str, object]:
+    """A finished trial as a landscape record (what recorded_runner replays)."""
+    attrs = t.user_attrs
+    return {
+        "outcome": attrs["outcome"], "reason": attrs["reason"], "wall_s": attrs["wall_s"],
+        "throughput_samples_s": attrs["throughput_samples_s"], "training_s": attrs["training_s"],
+        "windows": [{"step": w[0], "elapsed_s": 0.0, "throughput_samples_s": w[1], "peak_memory_mb": w[2],
+                     "loss": w[3]} for w in attrs["windows"]],
+    }
