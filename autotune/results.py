@@ -76,7 +76,8 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
     study = summary.study
     trials = study.get_trials(deepcopy=False)
     target = spec.budget.n_trials
-    console.print(f"[bold]{spec.name}[/]  {len(trials)} trials stored (budget {target})")
+    budget = f"budget {target}" if target is not None else "no trial limit"
+    console.print(f"[bold]{spec.name}[/]  {len(trials)} trials stored ({budget})")
     console.print("  ".join(f"[{OUTCOME_STYLE.get(k, 'white')}]{k}[/]: {v}" for k, v in sorted(summary.counts.items()))
                   or "no trial yet")
     running = [t for t in trials if t.state == TrialState.RUNNING]
