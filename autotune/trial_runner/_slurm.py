@@ -3,10 +3,13 @@
 ``srun --nodes=N --ntasks-per-node=1`` starts this module's node program on every node of the step (inside
 the tuner's allocation when ``SLURM_JOB_ID`` is set, else srun asks for an allocation of its own with
 ``--exclusive``, ``--partition`` and ``--time``). The program on node 0 picks a free port and publishes
-``host:port`` in the trial folder; every node then becomes
-``torchrun --nnodes=N --nproc-per-node=W/N --rdzv-backend=c10d --rdzv-endpoint=host:port``, so the ranks
-meet through torch.distributed's own rendezvous. SLURM_PROCID and SLURM_NTASKS reach the ranks too; they
-read RANK and WORLD_SIZE, which torchrun sets.
+``address:port`` (and its hostname) in the trial folder; the address is one the other nodes reach
+(``node_address``: GLOO_SOCKET_IFNAME's interface, else a non-loopback address). The other nodes first
+check that they can reach it, and every node then becomes ``torchrun --nnodes=N --nproc-per-node=W/N
+--rdzv-backend=c10d --rdzv-endpoint=address:port --local-addr=<its own address>``, so the ranks meet
+through torch.distributed's own rendezvous. SLURM_PROCID and SLURM_NTASKS reach the ranks too; they
+read RANK and WORLD_SIZE, which torchrun sets. A node that cannot take part says why on one line,
+``autotune: node K (HOST): ...``, which becomes the trial's reason.
 
 The trial folder must be on a file system every node sees (it is where config.json, metrics and logs
 are). Ending a trial cancels its step (``scancel``) and kills the local srun, so nothing is left on any
@@ -255,7 +258,6 @@ class SlurmStepHandle(ProcessTreeHandle):
             while time.monotonic() < deadline and self.still_queued():
                 time.sleep(0.2)
         super().terminate(min(grace_s, 1.0))  # stragglers on this machine, and srun itself
-
 
     def exit_summary(self) -> str:
         """A node's own account first (the node program's ``autotune: node K (HOST): ...``, srun's ``Node
