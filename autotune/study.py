@@ -73,7 +73,7 @@ def make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
 def _make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
     cfg = spec.sampler
     seed = cfg.seed
-    n_trials = spec.budget.n_trials or 20
+    n_trials = spec.budget.n_trials or 20  # for the start-up heuristic only; a null budget runs without a limit
     startup = cfg.n_startup_trials if cfg.n_startup_trials is not None else max(3, min(10, n_trials // 4))
     name = cfg.name
     if name == "tpe":
