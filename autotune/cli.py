@@ -128,6 +128,10 @@ def validate(study_file: str, sets: tuple[str, ...], no_build: bool) -> None:
         if printed and _debug():
             click.echo("\n".join(printed), err=True)
         raise
+    except BaseException:  # not foreseen: what was printed may explain it
+        if printed:
+            click.echo("\n".join(printed), err=True)
+        raise
     if printed:
         click.echo("\n".join(printed), err=True)
     render_summary(spec, console)
