@@ -113,6 +113,11 @@ def describe_bad_loss(loss: Any) -> str | None:
         return f"Workload.loss returned a {kind}, not a scalar tensor; return its .loss (e.g. model(**batch).loss)"
     if isinstance(loss, Mapping) and isinstance(loss.get("loss"), torch.Tensor):
         return f"Workload.loss returned a {kind}, not a scalar tensor; return its ['loss']"
+    if isinstance(getattr(loss, "logits", None), torch.Tensor):  # a ModelOutput without a loss
+        return (
+            f"Workload.loss returned a {kind} that holds no loss; pass the labels to the model (model(**batch) "
+            "with a 'labels' key) and return .loss, or compute the loss from its .logits"
+        )
     if isinstance(loss, (tuple, list)) and loss and isinstance(loss[0], torch.Tensor) and loss[0].numel() == 1:
         return f"Workload.loss returned a {kind}, not a scalar tensor; return its first element ([0])"
     if isinstance(loss, (int, float)):

@@ -164,6 +164,8 @@ def test_hugging_face_model_output_and_instance(tmp_path: Path) -> None:
         ("output", ("model(**batch).loss,", "model(**batch),"),
          "returned a CausalLMOutputWithCrossAttentions, not a scalar tensor; return its .loss"),
         ("instance", ("model=model,", "model=model(),"), "Workload.model is a GPT2LMHeadModel instance"),
+        ("no_labels", ("model(**batch).loss,", "model(input_ids=batch['input_ids']),"),
+         "holds no loss; pass the labels to the model"),
     ):
         folder = tmp_path / name
         folder.mkdir()
