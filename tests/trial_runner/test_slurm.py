@@ -13,7 +13,7 @@ import pytest
 from autotune.errors import LaunchError, StudyFileError
 from autotune.spec import parse_spec
 from autotune.trial_runner import make_launcher
-from autotune.trial_runner._slurm import SlurmLauncher
+from autotune.trial_runner._slurm import NODE_PROGRAM, SlurmLauncher
 
 from .conftest import HERE
 from .test_launchers import plan
@@ -58,8 +58,8 @@ def test_srun_arguments_outside_and_inside_an_allocation(tmp_path: Path, monkeyp
                         "--kill-on-bad-exit=1", "--export=ALL", "--exclusive"]
     assert "--partition=gpu" in cmd and "--time=00:10:00" in cmd
     # one node program per node, then two nodes of four ranks each
-    assert cmd[-7:] == ["--gres=gpu:4", sys.executable, "-m", "autotune.trial_runner._slurm",
-                        str(tmp_path / "t"), "2", "4"]
+    assert cmd[-7:] == ["--gres=gpu:4", sys.executable, "-P", str(NODE_PROGRAM), str(tmp_path / "t"), "2", "4"]
+    assert NODE_PROGRAM.name == "_slurm_node.py" and NODE_PROGRAM.is_file()
     with pytest.raises(LaunchError, match=r"world_size 3 is not divisible by launcher\.nodes 2"):
         launcher.command(plan(world_size=3), tmp_path / "t", "x")
     monkeypatch.setenv("SLURM_JOB_ID", "42")  # inside an allocation: a step of it, no job options
@@ -73,7 +73,7 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 from tests.trial_runner.test_launchers import plan
 from autotune.trial_runner import run_trial
-from autotune.trial_runner._slurm import SlurmLauncher
+from autotune.trial_runner._slurm import NODE_PROGRAM, SlurmLauncher
 result = run_trial(plan(world_size=2), Path(sys.argv[1]), SlurmLauncher())
 print(json.dumps({{"outcome": result.outcome.value, "job": os.environ["SLURM_JOB_ID"]}}))
 """
@@ -91,9 +91,16 @@ def test_a_trial_inside_an_allocation_is_a_step_of_it(slurm_cluster: object, tmp
     assert job == report["job"]  # the tuner's own allocation, not a new job
 
 
-# ------------------------------------------------------------------- the node program's address (no cluster)
+# ----------------------------------------------------- the node program (_slurm_node.py) and its address
+def test_the_node_program_imports_nothing_of_autotune() -> None:
+    out = subprocess.run([sys.executable, "-P", "-X", "importtime", str(NODE_PROGRAM)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "usage" in out.stderr.lower()
+    imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time")]
+    assert "psutil" in imported and not [m for m in imported if m.split(".")[0] == "autotune"]
+
 def test_a_node_publishes_the_address_of_the_interface_gloo_is_told_to_use() -> None:
-    from autotune.trial_runner._slurm import NodeError, node_address
+    from autotune.trial_runner._slurm_node import NodeError, node_address
 
     assert node_address(1, {"GLOO_SOCKET_IFNAME": "lo"}) == ("127.0.0.1", None)  # one node: loopback is fine
     with pytest.raises(NodeError, match=r"^GLOO_SOCKET_IFNAME=lo: its address 127\.0\.0\.1 is loopback, which the "
@@ -105,7 +112,7 @@ def test_a_node_publishes_the_address_of_the_interface_gloo_is_told_to_use() -> 
 
 
 def test_without_an_interface_a_node_never_publishes_loopback_to_other_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import autotune.trial_runner._slurm as slurm
+    import autotune.trial_runner._slurm_node as slurm
 
     monkeypatch.setattr(slurm.socket, "gethostname", lambda: "node7")
     monkeypatch.setattr(slurm, "_resolved", lambda host: ["127.0.1.1"])  # Debian's "127.0.1.1 hostname"
