@@ -7,7 +7,8 @@
 # What it runs (from the repository root, with the Python in $PYTHON or `python`):
 #   1. studies/quickstart.yaml, copied to benchmarks/runs/gpu_check/, with launcher.device cuda,
 #      amp {choices: [off, bf16, fp16]}, pin_memory {choices: [false, true]} and world_size {choices: [1, 2]}
-#      (1 only on a one-GPU machine): `autotune run` (12 trials + confirmation; --quick: 4);
+#      (1 only on a one-GPU machine), and on 2+ GPUs sharding {ddp, fsdp} and two NCCL variables in env:
+#      (NCCL_ALGO {Ring, Tree}, NCCL_PROTO {Simple, LL128}): `autotune run` (12 trials + confirmation; --quick: 4);
 #   2. `autotune trial` with amp=fp16, pin_memory=true and every GPU (up to 2) as ranks, with NCCL_DEBUG=INFO,
 #      to show the nccl backend (NCCL's own log lines in the rank log), the GradScaler and autocast dtype
 #      (applied.json), and the peak memory (on CUDA autotune reports torch.cuda.max_memory_allocated);
@@ -61,6 +62,9 @@ study["launcher"]["device"] = "cuda"
 study["search_space"]["amp"] = {"choices": ["off", "bf16", "fp16"]}
 study["search_space"]["pin_memory"] = {"choices": [False, True]}
 study["search_space"]["world_size"] = {"choices": [1, 2]} if ranks == 2 else 1
+if ranks == 2:  # what only matters between GPUs: FSDP sharding and NCCL's algorithm and protocol
+    study["search_space"]["sharding"] = {"choices": ["ddp", "fsdp"]}
+    study["env"] = {"NCCL_ALGO": {"choices": ["Ring", "Tree"]}, "NCCL_PROTO": {"choices": ["Simple", "LL128"]}}
 study["budget"] = {"n_trials": n_trials}
 if n_trials < 10:
     study["confirm"] = {"top_k": 1, "repeats": 1}
