@@ -991,8 +991,7 @@ def check_workload_fits(spec: StudySpec) -> Any:
     from autotune.errors import WorkloadError
 
     try:
-        if spec.hyperparameters:
-            _check_build_hyperparameters(spec)
+        _check_build_arguments(spec)
         workload = spec.load_workload()
     except WorkloadError as e:
         raise WorkloadError(f"{spec.source}: workload.entrypoint: {e}") from None
@@ -1007,11 +1006,16 @@ def check_workload_fits(spec: StudySpec) -> Any:
     return workload
 
 
-def _check_build_hyperparameters(spec: StudySpec) -> None:
-    """Each ``hyperparameters:`` name that is a build() argument must be one of build()'s parameters."""
+def _check_build_arguments(spec: StudySpec) -> None:
+    """Each ``workload.args`` key and each ``hyperparameters:`` name that is a build() argument must be one
+    of build()'s parameters: one line naming the field, the function and its parameters."""
     from autotune.workload import unknown_argument_message, unknown_arguments, workload_function
 
     build = workload_function(spec.workload.entrypoint, spec.base_dir)
+    for name in unknown_arguments(build, list(spec.workload.args)):
+        raise StudyFileError(
+            f"{spec.source}: workload.args.{name}: {spec.workload.entrypoint}: {unknown_argument_message(build, name)}"
+        )
     names = [n for n in spec.hyperparameters if n != BASE_LR and not n.startswith(OPTIMIZER_PREFIX)]
     for name in unknown_arguments(build, names):
         raise StudyFileError(
