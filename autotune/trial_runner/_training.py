@@ -322,6 +322,7 @@ class Trainer:
             "env": {name: os.environ.get(name) for name in self.config.env},
             # as the process started (a forked rank: as its zygote started), when libraries loaded
             "env_at_start": {name: start_env.get(name) for name in self.config.env},
+            "thread_env_at_start": {name: start_env.get(name) for name in THREAD_ENV},
             "compiled": getattr(model, "_compiled_call_impl", None) is not None,
             "dtensor_params": sum(isinstance(p, DTensor) for p in params),
             "local_param_numel": local,

@@ -53,6 +53,8 @@ def test_a_threads_number_is_set_in_every_rank_torch_and_openmp(run_knobs: Any, 
     for rank in applied["ranks"]:
         assert rank["torch_threads"] == 3
         assert rank["thread_env"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
+        if kind == "torchrun":  # in the rank's environment from its start (a warm rank's start is its zygote's)
+            assert rank["thread_env_at_start"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
 
 
 def test_auto_threads_resolve_to_the_heuristic_and_are_recorded(run_knobs: Any) -> None:
@@ -133,3 +135,40 @@ def test_a_trial_stopped_while_compiling_says_so(run_knobs: Any) -> None:
     result, _ = run_knobs({"compile": "default"}, world_size=1, limits={"max_seconds": 4})
     assert result.outcome is Outcome.TIMEOUT
     assert "still compiling" in result.reason and "max_seconds" in result.reason
+
+
+SLURM_TUNER = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from autotune.search_space import TrialConfig
+from autotune.spec import TrialLimits
+from autotune.trial_runner import TrialPlan, run_trial
+from autotune.trial_runner._slurm import SlurmLauncher
+config = TrialConfig.create(base_lr=1e-3, base_batch_size=32, batch_size=32, world_size=2, threads_per_rank=3,
+                            env={{"KNOB_TEST_FLAG": "slurm"}})
+plan = TrialPlan(config=config, entrypoint="knobs_workload.py:build", base_dir={here!r},
+                 limits=TrialLimits(warmup_steps=2, max_steps=6, max_seconds=90))
+result = run_trial(plan, Path(sys.argv[1]), SlurmLauncher())
+print(json.dumps({{"outcome": result.outcome.value, "reason": result.reason, "threads": result.threads_per_rank}}))
+"""
+
+
+def test_slurm_node_program_passes_threads_and_env_to_every_rank(slurm_cluster: object, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "tuner.py"
+    script.write_text(SLURM_TUNER.format(root=str(HERE.parent.parent), here=str(HERE)))
+    out = subprocess.run(["salloc", "-N1", "--exclusive", sys.executable, str(script), str(tmp_path / "t")],
+                         capture_output=True, text=True, timeout=180, check=False, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["outcome"] == "complete", report["reason"]
+    assert report["threads"] == 3
+    applied = json.loads((tmp_path / "t" / "applied.json").read_text())
+    for rank in applied["ranks"]:
+        assert rank["torch_threads"] == 3
+        # the node program's torchrun started the rank with them: OpenMP and MKL read them at load
+        assert rank["env_at_start"] == {"KNOB_TEST_FLAG": "slurm"}
+        assert rank["thread_env_at_start"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
