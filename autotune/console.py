@@ -292,6 +292,10 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
         "peak memory (MB)", fmt(base.peak_memory_mb if base else None, ",.0f"), fmt(best.peak_memory_mb, ",.0f")
     )
     table.add_row("loss", fmt(base.loss if base else None, ".4g"), fmt(best.loss, ".4g"))
+    best_eval = _group_attr(summary.study, best, "eval_loss")
+    if best_eval is not None:  # the workload has an eval_dataset
+        table.add_row("held-out loss (eval_dataset)", fmt(_group_attr(summary.study, base, "eval_loss"), ".4g"),
+                      fmt(best_eval, ".4g"))
     base_cfg = TrialConfig.model_validate(base.config) if base else None
     undecided = set(_not_decided(spec))
     for knob, value in summary.best_config.knobs().items():

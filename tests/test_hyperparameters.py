@@ -239,6 +239,13 @@ def test_best_and_the_run_summary_show_the_hyperparameters(calibrated: tuple[aut
     text = out.getvalue()
     for name in ("hp.width", "hp.dropout", "hp.base_lr", "hp.optimizer.momentum"):
         assert name in text
+    assert "held-out loss (eval_dataset)" in text  # the workload has an eval_dataset
+
+
+def test_complete_trials_record_their_held_out_loss(calibrated: tuple[autotune.Calibration, Path]) -> None:
+    calibration, _ = calibrated
+    complete = [t for t in calibration.study.get_trials() if t.user_attrs.get("outcome") == "complete"]
+    assert complete and all(isinstance(t.user_attrs["eval_loss"], float) for t in complete)
 
 
 def test_base_lr_reaches_a_build_that_takes_it(tmp_path: Path) -> None:
