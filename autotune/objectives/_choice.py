@@ -86,8 +86,9 @@ def _clearly_better(value: float, than: float, margin: float, maximize: bool) ->
 def choose(study: optuna.Study, metric: str | None = None, direction: str | None = None) -> Choice:
     """The study's recommendation, by the median of ``metric`` (default: the study's first objective).
 
-    Candidates are every configuration measured feasibly to the end, the baseline included; once the
-    confirmation runs are done (the ``autotune_confirmation`` attribute), only those they re-measured.
+    Candidates are every configuration measured feasibly to the end, the baseline included; once
+    confirmation runs measured some (``confirm`` trials), only those and the baseline. ``confirmed``: the
+    confirmation is done (the ``autotune_confirmation`` attribute is written).
     The best median wins (ties: lower spread, more measurements). A configuration other than the
     baseline wins only when its median beats the baseline's by more than the measured spread of
     either (``Group.spread``); otherwise the default configuration is best, and is returned.
@@ -102,9 +103,9 @@ def choose(study: optuna.Study, metric: str | None = None, direction: str | None
     baseline = next((g for g in groups if g.config_key in baseline_keys), None)
     confirmed_keys = _role_keys(study, ROLE_CONFIRM)
     candidates = [g for g in groups if g.config_key in confirmed_keys or g is baseline]
-    confirmed = CONFIRMATION_ATTR in study.user_attrs and any(g.config_key in confirmed_keys for g in candidates)
-    if not confirmed:
-        candidates = groups
+    if not any(g.config_key in confirmed_keys for g in candidates):
+        candidates = groups  # no confirmation run measured anything yet
+    confirmed = CONFIRMATION_ATTR in study.user_attrs and candidates is not groups
     if not candidates:
         return Choice(None, baseline, None, False, False, ())
     best = choose_best(candidates, direction)
