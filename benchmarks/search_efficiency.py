@@ -27,7 +27,8 @@ until both reach the 95% level. Confirmation runs are not replayed.
 ``--live`` runs one real study instead (the tuner on a generated study file: the landscape's workload,
 space and trial length, ``--budget`` trials) and compares what it found with the grid's best.
 
-    python benchmarks/search_efficiency.py                    # replay: 20 seeds, under a minute, no trials run
+    python benchmarks/search_efficiency.py                    # replay: 20 seeds, no trials run (hours)
+    python benchmarks/search_efficiency.py --seeds 3 --max-trials 20   # a small replay: ~10 minutes on 2 cores
     python benchmarks/search_efficiency.py --live             # one real study: about 1-2 minutes on 2 cores
     python benchmarks/search_efficiency.py --quick [--live]   # smoke runs on the quick landscape
 """
