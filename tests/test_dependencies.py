@@ -37,7 +37,11 @@ def _requirement_name(requirement: str) -> str:
 RUNTIME = {_requirement_name(r) for r in PYPROJECT["dependencies"]}
 EXTRAS = {_requirement_name(r) for reqs in PYPROJECT["optional-dependencies"].values() for r in reqs}
 DISTRIBUTIONS = {module: [_norm(d) for d in dists] for module, dists in metadata.packages_distributions().items()}
-LOCAL = {"autotune", "tests", "benchmarks", "studies", "conftest"}
+# The project's own folders, and its files imported by their names (workload files beside a study, a
+# benchmark's helper module).
+LOCAL = {"autotune", "tests", "benchmarks", "studies"} | {
+    path.stem for folder in ("tests", "benchmarks", "studies") for path in (ROOT / folder).rglob("*.py")
+}
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
