@@ -147,6 +147,8 @@ def parse_knob(knob: KnobDef, raw: Any) -> KnobSpec:
         return raw
     if isinstance(raw, Mapping):
         keys = set(raw)
+        if keys == {"value"}:  # a fixed knob as a dumped spec writes it (calibrate(spec, **overrides))
+            return Fixed(value=knob.check_value(raw["value"]))
         if "choices" in keys:
             extra = keys - {"choices"}
             if extra:

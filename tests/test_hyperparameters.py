@@ -285,3 +285,13 @@ def test_the_json_schema_accepts_the_hyperparameters_section() -> None:
     document["hyperparameters"]["bad"] = {"low": 1, "hihg": 2}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, schema)
+
+
+def test_calibrate_overrides_on_a_spec_keep_its_hyperparameters_and_fixed_knobs() -> None:
+    from autotune.calibration import _resolve
+
+    spec = load_spec(HERE.parent / "studies" / "hyperparameters.yaml")
+    resolved = _resolve(spec, {"budget__n_trials": 2})  # calibrate(spec, budget__n_trials=2) re-parses a dump
+    assert resolved.budget.n_trials == 2
+    assert resolved.hyperparameters == spec.hyperparameters
+    assert resolved.search_space == spec.search_space  # lr_scaling: sqrt, a fixed knob, survives the dump
