@@ -261,7 +261,9 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
             console.print("[red]no feasible configuration: every completed trial broke a constraint[/] "
                           "(see `autotune status`)")
         else:
-            console.print("[red]no trial completed: nothing to recommend[/] (see `autotune status`)")
+            source = escape(getattr(spec, "source", "STUDY.yaml"))
+            console.print("[red]no trial completed: nothing to recommend[/] (see `autotune status`; "
+                          f"`autotune trial {source}` runs one trial and shows its error)", soft_wrap=True)
         return
     table = Table(title="autotune: chosen configuration", title_justify="left")
     table.add_column("")

@@ -37,6 +37,8 @@ def test_no_usable_trial_exits_1(tmp_path: Path) -> None:
     out = _run(tmp_path, "constraints: {max_memory_mb: 1}\nbudget: {n_trials: 1}\n")  # every trial over budget
     assert out.returncode == 1, out.stdout + out.stderr
     assert "nothing to recommend" in out.stdout or "no feasible configuration" in out.stdout
+    if "nothing to recommend" in out.stdout:
+        assert "`autotune trial study.yaml` runs one trial" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
 
 
