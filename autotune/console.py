@@ -68,6 +68,8 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     table.add_row("throughput", fmt(result.throughput_samples_s, ",.1f", " samples/s"))
     table.add_row("peak memory", fmt(result.peak_memory_mb, ",.0f", " MB"))
     table.add_row("loss", fmt(result.loss, ".4g"))
+    if result.eval_loss is not None:
+        table.add_row("held-out loss", fmt(result.eval_loss, ".4g"))
     table.add_row("steps", f"{result.steps} ({result.samples:,} samples)")
     table.add_row("time to first step", fmt(result.time_to_first_step_s, ".2f", " s"))
     table.add_row("threads per rank", f"{fmt(result.threads_per_rank, 'd')} ({config.threads_per_rank})")
