@@ -635,7 +635,7 @@ _METRIC_COLUMNS = [
     TableColumn("peak_memory_mb", "peak memory (MB)", True),
     TableColumn("loss", "loss", True),
     TableColumn("time_to_first_step_s", "first step (s)", True),
-    TableColumn("threads_per_rank", "threads (ran with)", True),
+    TableColumn("threads_resolved", "threads (ran with)", True),
     TableColumn("compile_s", "compile (s)", True),
     TableColumn("wall_s", "wall (s)", True),
     TableColumn("steps", "steps", True),
@@ -654,7 +654,7 @@ def trials_table_data(study: optuna.Study) -> TrialsTable:
     # threads and compile time only where trials recorded them (studies from before those knobs did not)
     metric_columns = [
         c for c in _METRIC_COLUMNS
-        if c.key not in ("threads_per_rank", "compile_s") or any(getattr(r, c.key) is not None for r in records)
+        if c.key not in ("threads_resolved", "compile_s") or any(getattr(r, c.key) is not None for r in records)
     ]
     columns = [
         TableColumn("number", "#", True),

@@ -65,7 +65,7 @@ class TrialRecord:
     eval_loss: float | None = None
     time_to_loss_s: float | None = None
     compile_s: float | None = None  # torch.compile's seconds in the warm-up (compile knob)
-    threads_per_rank: int | None = None  # the threads each rank ran with (threads_per_rank auto resolved)
+    threads_resolved: int | None = None  # the threads each rank ran with (threads_per_rank, auto resolved)
 
     @property
     def feasible(self) -> bool | None:
@@ -160,7 +160,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         eval_loss=_number(attrs.get("eval_loss")),
         time_to_loss_s=_number(attrs.get("time_to_loss_s")),
         compile_s=_number(attrs.get("compile_s")),
-        threads_per_rank=_int(attrs.get("threads_per_rank")),
+        threads_resolved=_int(attrs.get("threads_per_rank")),
     )
 
 

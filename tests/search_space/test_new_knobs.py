@@ -197,3 +197,28 @@ def test_compile_payback_counts_the_steps_that_win_the_compile_time_back() -> No
     slow = compile_payback(row(4, 500.0, "default", compile_s=15.0), [twin])
     assert slow is not None and slow.steps is None and "never" in slow.describe()
     assert compile_payback(twin, [compiled]) is None  # not compiled
+
+
+def test_report_table_shows_searched_env_threads_and_compile_columns() -> None:
+    from optuna.distributions import CategoricalDistribution
+
+    from autotune.report._data import trials_table_data
+
+    study = optuna.create_study(direction="maximize")
+    dists = {"compile": CategoricalDistribution(["off", "default"]),
+             "env.OMP_WAIT_POLICY": CategoricalDistribution(["PASSIVE", "ACTIVE"])}
+    for number, (mode, policy, compile_s) in enumerate([("off", "PASSIVE", None), ("default", "ACTIVE", 12.5)]):
+        config = _config(compile=mode, env={"OMP_WAIT_POLICY": policy}).model_dump(mode="json")
+        study.add_trial(optuna.trial.create_trial(
+            params={"compile": mode, "env.OMP_WAIT_POLICY": policy}, distributions=dists, value=100.0 + number,
+            user_attrs={"role": "search", "outcome": "complete", "config": config, "throughput_samples_s": 100.0,
+                        "threads_per_rank": 2, "compile_s": compile_s},
+        ))
+    table = trials_table_data(study)
+    keys = [c.key for c in table.columns]
+    assert {"compile", "env.OMP_WAIT_POLICY", "threads_resolved", "compile_s"} <= set(keys)
+    rows = [dict(zip(keys, r, strict=True)) for r in table.rows]
+    assert [r["env.OMP_WAIT_POLICY"] for r in rows] == ["PASSIVE", "ACTIVE"]
+    assert [r["compile_s"] for r in rows] == [None, 12.5]
+    assert rows[0]["threads_resolved"] == 2  # what the trial ran with (its setting, auto, is not searched)
+    assert len(keys) == len(set(keys))
