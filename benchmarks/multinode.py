@@ -17,7 +17,7 @@ time minus the training loop's span: srun, imports, rendezvous, building, teardo
 
 Needs root and the Debian packages of the test cluster (slurmctld slurmd slurm-client munge iproute2).
 
-    sudo python benchmarks/multinode.py            # about 6 minutes on 2 cores
+    sudo python benchmarks/multinode.py            # about 10 minutes on 2 cores
     sudo python benchmarks/multinode.py --quick    # smoke run: about 2 minutes
 """
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: short trials, one repeat")
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/multinode.json)")
-    parser.add_argument("--repeats", type=int, help="trials per arm (default 3; quick 1)")
+    parser.add_argument("--repeats", type=int, help="trials per arm (default 5; quick 1)")
     parser.add_argument("--span-s", type=float, help="training span per trial in seconds (default 10; quick 2)")
     args = parser.parse_args(argv)
     from tests._netns_cluster import NetnsCluster, missing_requirements
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     reason = missing_requirements()
     if reason:
         raise SystemExit(reason)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 5)
     span_s = args.span_s or (2.0 if args.quick else 10.0)
     warmup = 3
     out = args.out or default_out("multinode", args.quick)
