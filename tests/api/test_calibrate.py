@@ -109,7 +109,9 @@ def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(tmp_path / "calibrated_launcher.py"), "--n-trials", "2",
                           "--steps", "12"], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "calibrated: " in out.stdout and "x the baseline" in out.stdout
+    # the choice against the baseline: a speed-up, or (nothing beat it by more than the spread) the defaults
+    assert "calibrated: " in out.stdout
+    assert "x the baseline" in out.stdout or "the default configuration: nothing beat it" in out.stdout
     losses = [float(line.split("loss ")[1]) for line in out.stdout.splitlines() if line.startswith("step ")]
     assert len(losses) == 3 and losses[-1] < losses[0]
 
