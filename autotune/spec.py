@@ -124,8 +124,8 @@ def _knob_schema(knob: KnobDef) -> dict[str, Any]:
             {
                 "type": "object",
                 "properties": {
-                    "low": scalar,
-                    "high": scalar,
+                    "low": {"type": "integer", "minimum": knob.minimum},  # a range takes integers, never auto
+                    "high": {"type": "integer", "minimum": knob.minimum},
                     "log": {"type": "boolean"},
                     "step": {"type": "integer", "minimum": 1},
                 },

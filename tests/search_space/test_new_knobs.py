@@ -86,6 +86,9 @@ def test_good_values_parse_and_fit_the_json_schema() -> None:
     assert s.search_space.values_of("threads_per_rank") == ("auto", 1, 2)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**BASE, "env": {"X": 1}}, StudySpec.model_json_schema())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**BASE, "search_space": {"threads_per_rank": {"low": "auto", "high": 2}}},
+                            StudySpec.model_json_schema())
     threads_range = parse_spec({**BASE, "search_space": {"threads_per_rank": {"low": 1, "high": 4}}})
     assert threads_range.search_space.threads_per_rank.high == 4
 
