@@ -5,8 +5,9 @@
     bridge NAME-br  10.213.K.1/24 ---veth--- eth0 10.213.K.11/24   ---      eth0 10.213.K.12/24
 
 Every node is a network namespace with its own address on a private bridge, a UTS namespace with its own
-hostname (the node's name), a mount namespace whose /etc/hosts names every node (the cluster's DNS), and a
-PID namespace: the node's processes cannot see the host's or the other node's, nor can the tuner see
+hostname (the node's name), a mount namespace whose /etc/hosts names every node (the cluster's DNS; with
+``resolve_names=False`` the names resolve nowhere, as on a cluster without DNS for them), and a PID
+namespace: the node's processes cannot see the host's or the other node's, nor can the tuner see
 theirs, as on real machines. The file system is shared: munge's socket, slurm.conf, the trial folders.
 The nodes share this machine's cores (slurm.conf gives each the CPUs the machine has).
 
@@ -53,7 +54,8 @@ _NODE_INIT = r"""
 import os, signal, socket, subprocess, sys
 name, hosts, slurmd, conf = sys.argv[1:5]
 socket.sethostname(name)
-subprocess.run(["mount", "--bind", hosts, "/etc/hosts"], check=True)
+if hosts != "-":
+    subprocess.run(["mount", "--bind", hosts, "/etc/hosts"], check=True)
 subprocess.Popen([slurmd, "-D", "-f", conf, "-N", name])
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 while True:
@@ -130,6 +132,7 @@ class NetnsCluster:
     """A SLURM cluster of ``nodes`` network namespaces. ``start()``, use, ``stop()``."""
 
     nodes: int = 2
+    resolve_names: bool = True  # False: the nodes' names resolve nowhere (no /etc/hosts entries, no DNS)
     cid: str = field(default_factory=lambda: uuid.uuid4().hex[:4])
     root: Path = field(init=False)
     conf: Path = field(init=False)
@@ -275,7 +278,7 @@ class NetnsCluster:
             # slurmd needs.
             ["nsenter", f"--net=/run/netns/{node.name}", "unshare", "--uts", "--mount", "--pid", "--fork",
              "--kill-child", "--mount-proc", "--", sys.executable, "-c", _NODE_INIT, node.name,
-             str(self.root / "hosts"), str(_sbin("slurmd")), str(self.conf)],
+             str(self.root / "hosts") if self.resolve_names else "-", str(_sbin("slurmd")), str(self.conf)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=(self.root / f"{node.name}.init.log").open("ab"), start_new_session=True,
         )

@@ -223,7 +223,9 @@ def node_main(argv: list[str]) -> None:
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={step}",
-        f"--rdzv-conf=join_timeout={max(10, int(budget_s))}",
+        # Node 0 hosts the store: said, not left to torch's guess from this node's name (which must then
+        # resolve, and misses addresses on secondary interfaces).
+        f"--rdzv-conf=join_timeout={max(10, int(budget_s))},is_host={'true' if node == 0 else 'false'}",
         "--monitor-interval=0.1",
     ]
     if nnodes > 1:

@@ -146,6 +146,23 @@ def test_world_size_is_nodes_times_ranks_per_node_and_the_slowest_rank_is_on_the
     _nothing_left(two_nodes, tmp_path / "t")
 
 
+def test_nodes_whose_names_resolve_nowhere_still_meet(two_nodes: NetnsCluster, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No DNS for the nodes: each publishes the address that routes to srun's node, and gloo uses its
+    interface."""
+    nameless = NetnsCluster(nodes=2, resolve_names=False).start()
+    try:
+        monkeypatch.setenv("SLURM_CONF", str(nameless.conf))
+        assert nameless.exec(1, ["getent", "hosts", nameless.node(2).name]).returncode != 0
+        result = _trial(plan(world_size=2), tmp_path / "t")
+        assert result.outcome.value == "complete", result.reason
+        assert sorted(result.hosts) == nameless.hostnames
+        endpoint = next((tmp_path / "t").glob("rdzv-*")).read_text().splitlines()
+        assert endpoint[0].split(":")[0] == nameless.node(1).address
+    finally:
+        nameless.stop()
+
+
 # ---------------------------------------------------------------------------------------------- the faults
 def test_a_rank_killed_on_node_2_is_crashed_with_the_node_named_and_the_study_goes_on(
     two_nodes: NetnsCluster, tmp_path: Path
