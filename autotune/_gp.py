@@ -39,6 +39,12 @@ class PartialGPSampler(GPSampler):
         super().__init__(seed=seed, **kwargs)
         self._explore = optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1)
 
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        # The parameters every fitted trial has, pruned and failed ones included: a conditional knob
+        # (prefetch_factor without workers, bucket_cap_mb under fsdp) absent from a pruned trial is sampled
+        # independently, not looked up in a trial that lacks it.
+        return super().infer_relative_search_space(_WithPartial(study), trial)  # type: ignore[arg-type]
+
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:

@@ -225,3 +225,22 @@ def test_report_table_shows_searched_env_threads_and_compile_columns() -> None:
     assert [r["compile_s"] for r in rows] == [None, 12.5]
     assert rows[0]["threads_resolved"] == 2  # what the trial ran with (its setting, auto, is not searched)
     assert len(keys) == len(set(keys))
+
+
+def test_gp_search_over_sharding_with_pruned_fsdp_trials_lacking_ddp_knobs() -> None:
+    from autotune._gp import PartialGPSampler
+
+    space = space_of(search_space={"sharding": {"choices": ["ddp", "fsdp"]}, "bucket_cap_mb": {"choices": [1, 25]},
+                                   "threads_per_rank": {"choices": ["auto", 1, 2]}})
+    study = optuna.create_study(direction="maximize", sampler=PartialGPSampler(seed=0, n_startup_trials=2))
+    study.enqueue_trial({"sharding": "ddp", "bucket_cap_mb": 25, "threads_per_rank": "auto"})
+    study.enqueue_trial({"sharding": "fsdp", "threads_per_rank": 2})
+    for i in range(8):
+        trial = study.ask()
+        config = space.suggest(trial)
+        if config.sharding == "fsdp":  # pruned: the GP fits it, and it has no bucket_cap_mb param
+            trial.report(50.0 + i, 3)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, 100.0 + i)
+    assert len(study.trials) == 8
