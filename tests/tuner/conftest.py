@@ -28,13 +28,14 @@ SHORT_TRIAL = {"warmup_steps": 2, "max_steps": 14, "report_every": 3, "max_secon
 TRIAL_ATTRS = {
     "role", "config", "config_key", "outcome", "reason", "throughput_samples_s", "peak_memory_mb", "loss",
     "time_to_first_step_s", "wall_s", "training_s", "steps", "samples", "windows", "trial_dir", "error_lines",
-    "worker",
+    "worker", "threads_per_rank", "compile_s",
 }
 KNOBS = {
     "batch_size", "grad_accum", "lr_scaling", "num_workers", "prefetch_factor", "pin_memory", "amp",
     "activation_checkpointing", "bucket_cap_mb", "world_size",
+    "threads_per_rank", "compile", "sharding", "gradient_as_bucket_view", "static_graph",
 }
-CONFIG_KEYS = KNOBS | {"device", "base_lr", "base_batch_size", "global_batch", "lr"}
+CONFIG_KEYS = KNOBS | {"device", "base_lr", "base_batch_size", "global_batch", "lr", "env", "hyperparameters"}
 
 
 @dataclass
