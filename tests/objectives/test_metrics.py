@@ -40,7 +40,7 @@ def result(outcome: Outcome = Outcome.COMPLETE, **metrics: float | None) -> Tria
     return TrialResult(outcome=outcome, **metrics)  # type: ignore[arg-type]
 
 
-MEASURED = result(throughput_samples_s=1234.5, peak_memory_mb=812.0, loss=2.25)
+MEASURED = result(throughput_samples_s=1234.5, peak_memory_mb=812.0, loss=2.25, eval_loss=2.5)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,8 @@ def test_metric_value_reads_the_objectives_metric(objective: ObjectiveSpec, expe
 
 def test_every_metric_of_the_spec_has_a_value() -> None:
     # A metric added to the study file without a value here would fail with KeyError.
-    for metric in METRIC_KEYS:
+    # time_to_loss is read off the loss curve of the windows: tests/objectives/test_time_to_loss.py.
+    for metric in set(METRIC_KEYS) - {"time_to_loss"}:
         assert metric_value(MEASURED, ObjectiveSpec(metric=metric)) is not None
 
 
