@@ -82,8 +82,8 @@ class HyperparameterSpace:
             known[BASE_LR] = base_lr
         defaults = {}
         for name, spec in specs.items():
-            if _single(spec):
-                defaults[name] = _only(spec)
+            if single_value(spec):
+                defaults[name] = only_value(spec)
             elif name in known:
                 defaults[name] = known[name]
             else:
@@ -100,7 +100,7 @@ class HyperparameterSpace:
     # -- which are searched -------------------------------------------------------------------------------
     def searched(self) -> list[str]:
         """Hyperparameters with more than one possible value (the names, without ``hp.``)."""
-        return [n for n, s in self.specs.items() if not _single(s)]
+        return [n for n, s in self.specs.items() if not single_value(s)]
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """The Optuna distribution of every searched hyperparameter, keyed ``hp.<name>``."""
@@ -123,8 +123,8 @@ class HyperparameterSpace:
         values: dict[str, Any] = {}
         for name, spec in self.specs.items():
             key = param_name(name)
-            if _single(spec):
-                values[name] = _only(spec)
+            if single_value(spec):
+                values[name] = only_value(spec)
             elif isinstance(spec, IntRange):
                 values[name] = trial.suggest_int(key, spec.low, spec.high, log=spec.log, step=spec.step)
             elif isinstance(spec, FloatRange):
@@ -148,7 +148,8 @@ class HyperparameterSpace:
         return set(values) == set(self.specs) and all(_admits(self.specs[n], v) for n, v in values.items())
 
 
-def _single(spec: HyperparameterSpec) -> bool:
+def single_value(spec: HyperparameterSpec) -> bool:
+    """Whether a spec (a knob's or a hyperparameter's: knob specs are a subset) admits one value only."""
     if isinstance(spec, Fixed):
         return True
     if isinstance(spec, Choices):
@@ -156,7 +157,8 @@ def _single(spec: HyperparameterSpec) -> bool:
     return spec.low == spec.high
 
 
-def _only(spec: HyperparameterSpec) -> Any:
+def only_value(spec: HyperparameterSpec) -> Any:
+    """The one value of a spec for which :func:`single_value` holds."""
     if isinstance(spec, Fixed):
         return spec.value
     if isinstance(spec, Choices):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._knobs import DDP_ONLY, KNOBS
 from autotune.errors import UsageError
 from autotune.search_space._config import TrialConfig
-from autotune.search_space._hyper import HyperparameterSpace
+from autotune.search_space._hyper import HyperparameterSpace, only_value, single_value
 from autotune.spec import BASE_LR, Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob
 
 if TYPE_CHECKING:
@@ -60,11 +60,11 @@ class SearchSpace:
     # -- which knobs are searched ---------------------------------------------------------------------
     def searched(self) -> list[str]:
         """Knobs with more than one possible value."""
-        return [n for n, s in self.knobs.items() if not _single(s)]
+        return [n for n, s in self.knobs.items() if not single_value(s)]
 
     def searched_env(self) -> list[str]:
         """Variables of the ``env:`` section with more than one value (Optuna params ``env.NAME``)."""
-        return [n for n, s in self.env.items() if not _single(s)]
+        return [n for n, s in self.env.items() if not single_value(s)]
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """The Optuna distribution of every searched knob (prefetch_factor's applies when num_workers > 0,
@@ -102,8 +102,8 @@ class SearchSpace:
             if name in DDP_ONLY and values["sharding"] != "ddp":
                 values[name] = None
                 continue
-            if _single(spec):
-                values[name] = _only(spec)
+            if single_value(spec):
+                values[name] = only_value(spec)
             elif isinstance(spec, IntRange):
                 values[name] = trial.suggest_int(name, spec.low, spec.high, log=spec.log, step=spec.step)
             else:
@@ -111,8 +111,8 @@ class SearchSpace:
                 values[name] = trial.suggest_categorical(name, list(spec.choices))
         env = {}
         for var, env_spec in self.env.items():
-            if _single(env_spec):
-                env[var] = _only(env_spec)
+            if single_value(env_spec):
+                env[var] = only_value(env_spec)
             else:
                 assert isinstance(env_spec, Choices)
                 env[var] = trial.suggest_categorical(ENV_PARAM_PREFIX + var, list(env_spec.choices))
@@ -132,8 +132,8 @@ class SearchSpace:
         for name, spec in self.knobs.items():
             if name in values:
                 full[name] = values[name]
-            elif _single(spec):
-                full[name] = _only(spec)
+            elif single_value(spec):
+                full[name] = only_value(spec)
             else:
                 default = self.base_batch_size if name == "batch_size" else KNOBS[name].default
                 full[name] = default
@@ -144,7 +144,7 @@ class SearchSpace:
 
     def fixed_env(self) -> dict[str, str]:
         """The ``env:`` variables fixed to one value."""
-        return {n: str(_only(s)) for n, s in self.env.items() if _single(s)}
+        return {n: str(only_value(s)) for n, s in self.env.items() if single_value(s)}
 
     def default_config(self, overrides: Mapping[str, Any] | None = None) -> TrialConfig:
         """The workload's default configuration (the baseline): num_workers 0, fp32, no checkpointing,
@@ -219,22 +219,6 @@ class SearchSpace:
                 raise UsageError(f"--set {key}: {parsed.value} needs CUDA; this study runs on {self.device}")
             values[key] = parsed.value
         return values
-
-
-def _single(spec: KnobSpec) -> bool:
-    if isinstance(spec, Fixed):
-        return True
-    if isinstance(spec, Choices):
-        return len(spec.choices) == 1
-    return spec.low == spec.high
-
-
-def _only(spec: KnobSpec) -> Any:
-    if isinstance(spec, Fixed):
-        return spec.value
-    if isinstance(spec, Choices):
-        return spec.choices[0]
-    return spec.low
 
 
 def _admits(spec: KnobSpec, value: Any) -> bool:
