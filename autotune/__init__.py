@@ -5,12 +5,12 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import AutotuneError, LaunchError, StudyFileError, UsageError, WorkloadError
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec, load_spec
+from autotune.version import __version__ as __version__
 from autotune.workload import Workload
 
 if TYPE_CHECKING:
     from autotune.calibration import Calibration, calibrate, load_calibration
 
-__version__ = "0.1.0"
 
 __all__ = [
     "AutotuneError",

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from autotune._traceback import parse_lines, recorded_where
 from autotune.errors import AutotuneError
+from autotune.tracebacks import parse_lines, recorded_where
 
 __all__ = ["STOP_AFTER", "BrokenWorkload", "BrokenWorkloadError", "check", "find_broken"]
 

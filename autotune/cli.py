@@ -208,7 +208,7 @@ def _debug() -> bool:
 def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """`trial --set`: knob=value items (and env.NAME=value), and study-file overrides (another dotted key, or a
     top-level study-file key)."""
-    from autotune._knobs import KNOBS
+    from autotune.knobs import KNOBS
     from autotune.spec import StudySpec
 
     knobs, study = [], []

@@ -87,7 +87,7 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
 def _print_workload_error(console: Console, lines: list[str], debug: bool, trial_dir: str = "") -> bool:
     """The recorded traceback, the workload's part first: exception, user's file:line, the frames outside
     autotune. Returns False when the lines hold no traceback (they are then printed as they are)."""
-    from autotune._traceback import parse_lines, recorded_where
+    from autotune.tracebacks import parse_lines, recorded_where
 
     parsed = parse_lines(lines) if lines else None
     if parsed is None:

@@ -26,8 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from autotune._knobs import KNOBS, KnobDef
 from autotune.errors import StudyFileError
+from autotune.knobs import KNOBS, KnobDef
 
 __all__ = [
     "BudgetSpec",

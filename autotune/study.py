@@ -20,12 +20,12 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.storages import BaseStorage
 
-from autotune import __version__
 from autotune._gp import PartialGPSampler
 from autotune.errors import AutotuneError, UsageError
 from autotune.objectives import NoiseAwarePruner
 from autotune.search_space import SearchSpace
 from autotune.spec import StudySpec, _redact
+from autotune.version import __version__
 
 HEARTBEAT_INTERVAL_S = 5
 GRACE_PERIOD_S = 30

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from autotune._knobs import KNOBS
+from autotune.knobs import KNOBS
 from autotune.spec import Choices, Fixed, FloatRange, HyperparameterSpec, IntRange, KnobSpec, StudySpec, _redact
 
 __all__ = ["render_summary"]

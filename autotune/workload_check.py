@@ -19,9 +19,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotune._traceback import user_frame
 from autotune.errors import WorkloadError
 from autotune.spec import Choices, Fixed, IntRange, KnobSpec, StudySpec
+from autotune.tracebacks import user_frame
 from autotune.workload import Workload
 
 __all__ = [

@@ -15,8 +15,8 @@ import torch
 from click.testing import CliRunner
 from rich.console import Console
 
-from autotune._knobs import KNOBS
 from autotune.cli import main
+from autotune.knobs import KNOBS
 from autotune.spec import Choices, Fixed, IntRange, load_spec, read_yaml
 from autotune.summary import render_summary
 

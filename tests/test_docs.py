@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from autotune._knobs import KNOBS
+from autotune.knobs import KNOBS
 from autotune.spec import SearchSpaceSpec, StudySpec, parse_spec, read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from autotune._knobs import BASE_KNOBS, KNOBS
+from autotune.knobs import BASE_KNOBS, KNOBS
 
 
 def config_key(config_json: Mapping[str, object]) -> str:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from autotune.spec import ObjectiveSpec
-from autotune.trial_runner._result import Outcome, TrialResult, Window
+from autotune.trial_result import Outcome, TrialResult, Window
 
 #: The constraint names set on every COMPLETE trial (``Trial.set_constraint``; feasible when <= 0).
 CONSTRAINT_NAMES = ("memory", "diverged")

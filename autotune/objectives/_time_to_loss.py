@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from autotune.trial_runner._result import TrialResult, Window
+from autotune.trial_result import TrialResult, Window
 
 HORIZON = 100.0  # extrapolating beyond 100x the samples a trial saw is not a measurement
 Status = Literal["reached", "extrapolated", "unreachable"]

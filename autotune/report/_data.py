@@ -23,7 +23,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._knobs import KNOBS
+from autotune.knobs import KNOBS
 from autotune.objectives import choose
 from autotune.report._records import (
     METRIC_UNITS,

@@ -11,7 +11,7 @@ from typing import Any
 
 import optuna
 
-from autotune._knobs import KNOBS
+from autotune.knobs import KNOBS
 from autotune.report._data import Headline, Measured, ReportData, TrialsTable, report_data
 from autotune.spec import StudySpec
 
@@ -196,7 +196,7 @@ def render_html(data: ReportData, storage: str = "", png_dir: Path | None = None
                      f'<p class="caption">{_e(s.caption)}</p>{note}{figure}</section>')
     nav = " ".join(f'<a href="#view-{_e(s.key)}">{_e(s.title)}</a>' for s in sections)
     objectives = ", ".join(f"{m} ({d})" for m, d in zip(data.metrics, data.directions, strict=True))
-    from autotune import __version__
+    from autotune.version import __version__
 
     meta = (f"{_e(objectives)} &middot; storage {_e(storage)} &middot; generated "
             f"{_e(data.generated.strftime('%Y-%m-%d %H:%M:%S'))} by autotune {_e(__version__)}")

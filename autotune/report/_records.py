@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._knobs import KNOBS
+from autotune.knobs import KNOBS
 
 __all__ = ["TrialRecord", "Window", "metric_names", "objective_directions", "trial_records"]
 

@@ -1,6 +1,6 @@
 """The search space: knob definitions, Optuna distributions, conditional knobs and learning-rate scaling."""
 
-from autotune._knobs import KNOBS, KnobDef
+from autotune.knobs import KNOBS, KnobDef
 from autotune.search_space._config import TrialConfig, scaled_lr
 from autotune.search_space._space import SearchSpace
 

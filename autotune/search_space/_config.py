@@ -148,7 +148,7 @@ class TrialConfig(BaseModel):
 
     def knobs(self) -> dict[str, object]:
         """The knob values (no derived values, no env), e.g. for ``--set`` or a baseline override."""
-        from autotune._knobs import KNOBS
+        from autotune.knobs import KNOBS
 
         return {name: getattr(self, name) for name in KNOBS}
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune._knobs import DDP_ONLY, KNOBS
 from autotune.errors import UsageError
+from autotune.knobs import DDP_ONLY, KNOBS
 from autotune.search_space._config import TrialConfig
 from autotune.search_space._hyper import HyperparameterSpace, only_value, single_value
 from autotune.spec import BASE_LR, Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob

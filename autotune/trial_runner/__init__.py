@@ -3,12 +3,12 @@
 ``run_trial(plan, trial_dir, launcher)`` runs one real distributed trial and returns its TrialResult.
 """
 
+from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
 from autotune.trial_runner._plan import TrialPlan, plan_for
-from autotune.trial_runner._result import Outcome, TrialResult, Window
 from autotune.trial_runner._warm import WarmLauncher
 
 __all__ = [

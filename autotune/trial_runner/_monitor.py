@@ -15,6 +15,7 @@ import psutil
 
 from autotune.errors import LaunchError
 from autotune.spec import TrialLimits
+from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._plan import (
     APPLIED_FILE,
@@ -24,7 +25,6 @@ from autotune.trial_runner._plan import (
     METRICS_FILE,
     TrialPlan,
 )
-from autotune.trial_runner._result import Outcome, TrialResult, Window
 
 # Called with each new window; returns True when the trial should be pruned.
 WindowCallback = Callable[[Window], bool]

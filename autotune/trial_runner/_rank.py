@@ -115,7 +115,7 @@ def write_error(trial_dir: Path, rank: int, error: BaseException) -> None:
         "time": time.time(),
     }
     with contextlib.suppress(Exception):  # the innermost frame in the workload's code, however deep below it
-        from autotune._traceback import user_frame
+        from autotune.tracebacks import user_frame
 
         frame = user_frame(error.__traceback__)
         record["where"] = frame.where() if frame else None

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune._knobs import KNOBS
+from autotune.knobs import KNOBS
 from autotune.objectives import config_key
 from autotune.search_space import TrialConfig
 
