@@ -7,6 +7,7 @@ study's trials.
 """
 
 from autotune.objectives._choice import Choice, choose, is_reference, measured_groups
+from autotune.objectives._compile_payback import CompilePayback, compile_payback, complete_trials
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
 from autotune.objectives._dominance import dominates, pareto_front
@@ -23,14 +24,19 @@ from autotune.objectives._pruning import DominancePruner, History, PruningDecisi
 from autotune.objectives._time_to_loss import (
     RunningTimeToLoss,
     TimeToLoss,
+    TimeToLossRow,
     estimate_time_to_loss,
+    explain_choice,
     loss_noise_floor,
     running_value,
+    time_to_loss_attrs,
+    window_extras,
 )
 
 __all__ = [
     "CONSTRAINT_NAMES",
     "Choice",
+    "CompilePayback",
     "DominancePruner",
     "Group",
     "History",
@@ -39,12 +45,16 @@ __all__ = [
     "PruningDecision",
     "RunningTimeToLoss",
     "TimeToLoss",
+    "TimeToLossRow",
     "choose",
     "choose_best",
+    "compile_payback",
+    "complete_trials",
     "config_key",
     "constraint_values",
     "dominates",
     "estimate_time_to_loss",
+    "explain_choice",
     "group_measurements",
     "is_reference",
     "loss_noise_floor",
@@ -53,6 +63,8 @@ __all__ = [
     "objective_values",
     "pareto_front",
     "running_value",
+    "time_to_loss_attrs",
+    "window_extras",
     "window_history",
     "window_value",
 ]
