@@ -164,7 +164,7 @@ def apply_threads(setting: int | str, local_world_size: int, num_workers: int, d
     return torch.get_num_threads()
 
 
-def _shard(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:
+def shard_model(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:
     """FSDP2: ``fully_shard`` every module of ``units``, then the root; amp becomes the MixedPrecisionPolicy.
     ``fsdp`` frees gathered parameters after forward (ZeRO-3-like), ``fsdp_no_reshard`` keeps them (ZeRO-2-like).
     Returns the number of sharded units, the root included."""
@@ -183,6 +183,9 @@ def _shard(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: to
         fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
     return len(targets) + 1
+
+
+_shard = shard_model  # the old private name, until calibration imports shard_model
 
 
 class Trainer:
@@ -237,7 +240,7 @@ class Trainer:
             model.compile(mode=cfg.compile)
         self.ddp: Any = None
         if cfg.sharding != "ddp":
-            self.applied["fsdp_units"] = _shard(model, workload.shard_units, cfg, self.device)
+            self.applied["fsdp_units"] = shard_model(model, workload.shard_units, cfg, self.device)
             self.applied["fsdp_reshard_after_forward"] = cfg.sharding == "fsdp"
             self.fsdp = True
         elif self.ctx.world_size > 1:

@@ -11,8 +11,16 @@ import pytest
 
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
-from autotune.trial_runner import Launcher, LocalLauncher, Outcome, TrialPlan, TrialResult, WarmLauncher, run_trial
-from autotune.trial_runner._training import compute_threads
+from autotune.trial_runner import (
+    Launcher,
+    LocalLauncher,
+    Outcome,
+    TrialPlan,
+    TrialResult,
+    WarmLauncher,
+    compute_threads,
+    run_trial,
+)
 
 HERE = Path(__file__).parent
 
