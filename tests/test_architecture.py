@@ -70,7 +70,8 @@ def _layer(room: str) -> int:
     for index, rooms in enumerate(LAYERS):
         if room in rooms:
             return index
-    raise AssertionError(f"autotune.{room} is in no layer of tests/test_architecture.py: place it (and in docs/architecture.md)")
+    raise AssertionError(f"autotune.{room} is in no layer of tests/test_architecture.py: "
+                         "place it there and in docs/architecture.md")
 
 
 def test_every_room_has_a_layer() -> None:
@@ -132,7 +133,7 @@ def test_no_cycle_between_modules() -> None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):] + [nxt]
+                cycle = [*stack[stack.index(nxt):], nxt]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
@@ -185,3 +186,16 @@ def test_the_checks_see_a_wrong_import(tmp_path: Path, monkeypatch: pytest.Monke
         test_no_cycle_between_modules()
     with pytest.raises(AssertionError, match="code lives in its modules"):
         test_package_inits_only_name_public_names()
+
+
+def test_docs_draw_the_same_layers() -> None:
+    """docs/architecture.md's table names each room at the layer this test enforces."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    drawn: dict[str, int] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].isdigit():
+            for room in cells[1].split(","):
+                drawn[room.strip().strip("`").rstrip("/")] = int(cells[0])
+    enforced = {room: index for index, rooms in enumerate(LAYERS) for room in rooms}
+    assert drawn == enforced
