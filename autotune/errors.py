@@ -36,6 +36,15 @@ class LaunchError(AutotuneError):
     """A trial could not be started (torchrun missing, trial folder unwritable, SLURM refusing the job)."""
 
 
+def first_line(error: BaseException, empty: str | None = None) -> str:
+    """The first line of ``error``'s message; for an error without a message, ``empty`` (by default the
+    error's type name)."""
+    text = str(error).strip()
+    if text:
+        return text.splitlines()[0]
+    return type(error).__name__ if empty is None else empty
+
+
 def describe_internal_error(error: BaseException, what: str) -> str:
     """One line for an exception autotune did not raise on purpose: what failed, in words, and the path of a
     file holding the full traceback (written to the temporary folder; ``--debug`` shows it instead)."""

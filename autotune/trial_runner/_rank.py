@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
+from autotune.errors import first_line
 from autotune.trial_runner._plan import ERRORS_DIR
 
 PR_SET_PDEATHSIG = 1
@@ -110,7 +111,7 @@ def write_error(trial_dir: Path, rank: int, error: BaseException) -> None:
         "rank": rank,
         "kind": classify(error),
         "type": type(error).__name__,
-        "message": str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__,
+        "message": first_line(error)[:500],
         "lines": flat[-60:],  # room for the user's frame under a library's (shown first by the CLI)
         "time": time.time(),
     }
