@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.errors import UsageError
+from autotune.errors import UsageError, first_line
 from autotune.spec import StudySpec
 
 __all__ = ["StudyNotFoundError", "open_study", "redacted_storage"]
@@ -52,7 +52,7 @@ def open_study(spec: StudySpec) -> optuna.Study:
         if _no_tables(e):  # a database that holds no Optuna study at all
             raise StudyNotFoundError(missing) from None
         cause = _innermost(e)  # Optuna wraps the driver's error ("connection refused") in a generic one
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        first = first_line(cause, "")
         raise StudyNotFoundError(f"cannot read the storage {shown}: {type(cause).__name__}: {first}") from e
 
 
