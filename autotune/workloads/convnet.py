@@ -20,8 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from autotune.errors import WorkloadError
 from autotune.workload import Workload
+from autotune.workloads._common import batch_on, check_sizes, seeded_model
 
 __all__ = ["Block", "ConvNet", "PatternImages", "build"]
 
@@ -145,24 +145,8 @@ class ConvNet(nn.Module):
 
 def cross_entropy_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Cross-entropy of one batch, computed in float32 (also under bf16 autocast)."""
-    device = next(model.parameters()).device
-    images, labels = (t.to(device, non_blocking=True) for t in batch)
+    images, labels = batch_on(model, batch)
     return F.cross_entropy(model(images).float(), labels)
-
-
-def _make_model(width: int, depth: int, image_size: int, num_classes: int, seed: int) -> ConvNet:
-    # The same seed gives the same initial weights in every trial, without touching the global RNG.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return ConvNet(width, depth, image_size, num_classes)
-
-
-def _check_sizes(**sizes: int) -> None:
-    minimums = {"seed": 0, "num_classes": 2, "image_size": 8}
-    for name, value in sizes.items():
-        minimum = minimums.get(name, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise WorkloadError(f"convnet: {name} must be an integer >= {minimum}, got {value!r}")
 
 
 def build(
@@ -183,10 +167,12 @@ def build(
         num_classes: number of classes.
         seed: fixes the data, the templates and the initial weights.
     """
-    _check_sizes(width=width, depth=depth, image_size=image_size, samples=samples, num_classes=num_classes, seed=seed)
+    sizes = {"width": width, "depth": depth, "image_size": image_size, "samples": samples, "num_classes": num_classes,
+             "seed": seed}
+    check_sizes("convnet", sizes, {"seed": 0, "num_classes": 2, "image_size": 8})
     data = functools.partial(PatternImages, num_classes=num_classes, image_size=image_size, seed=seed)
     return Workload(
-        model=functools.partial(_make_model, width, depth, image_size, num_classes, seed),
+        model=functools.partial(seeded_model, seed, ConvNet, width, depth, image_size, num_classes),
         dataset=functools.partial(data, samples),
         loss=cross_entropy_loss,
         base_lr=2e-3,

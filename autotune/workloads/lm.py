@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 
 from autotune.errors import WorkloadError
 from autotune.workload import Workload
+from autotune.workloads._common import batch_on, check_sizes, seeded_model
 
 __all__ = ["Block", "CausalSelfAttention", "StdlibText", "TinyLM", "build", "stdlib_sources"]
 
@@ -154,24 +155,9 @@ class TinyLM(nn.Module):
 
 def next_byte_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Mean next-byte cross-entropy (nats) of one batch, computed in float32 (also under bf16 autocast)."""
-    device = next(model.parameters()).device
-    inputs, targets = (t.to(device, non_blocking=True) for t in batch)
+    inputs, targets = batch_on(model, batch)
     logits = model(inputs).float()
     return F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), targets.reshape(-1))
-
-
-def _make_model(d_model: int, n_layers: int, n_heads: int, seq_len: int, seed: int) -> TinyLM:
-    # The same seed gives the same initial weights in every trial, without touching the global RNG.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return TinyLM(d_model, n_layers, n_heads, seq_len)
-
-
-def _check_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        minimum = 0 if name == "seed" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise WorkloadError(f"lm: {name} must be an integer >= {minimum}, got {value!r}")
 
 
 def build(
@@ -192,7 +178,9 @@ def build(
         max_bytes: bytes of standard-library source in the training split.
         seed: fixes the initial weights (the text is fixed by the Python installation).
     """
-    _check_sizes(d_model=d_model, n_layers=n_layers, n_heads=n_heads, seq_len=seq_len, max_bytes=max_bytes, seed=seed)
+    sizes = {"d_model": d_model, "n_layers": n_layers, "n_heads": n_heads, "seq_len": seq_len, "max_bytes": max_bytes,
+             "seed": seed}
+    check_sizes("lm", sizes, {"seed": 0})
     if d_model % n_heads:
         raise WorkloadError(f"lm: d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
     if max_bytes < seq_len + 1:
@@ -201,7 +189,7 @@ def build(
     if not stdlib.is_dir():
         raise WorkloadError(f"lm: the standard library folder {stdlib} is missing; this workload reads it")
     return Workload(
-        model=functools.partial(_make_model, d_model, n_layers, n_heads, seq_len, seed),
+        model=functools.partial(seeded_model, seed, TinyLM, d_model, n_layers, n_heads, seq_len),
         dataset=functools.partial(StdlibText, seq_len, max_bytes),
         loss=next_byte_loss,
         base_lr=3e-3,

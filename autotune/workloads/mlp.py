@@ -20,8 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from autotune.errors import WorkloadError
 from autotune.workload import Workload
+from autotune.workloads._common import batch_on, check_sizes, seeded_model
 
 __all__ = ["MLP", "Block", "TeacherDataset", "build"]
 
@@ -105,23 +105,8 @@ class MLP(nn.Module):
 
 def mse_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Mean squared error of one batch, computed in float32 (also under bf16 autocast)."""
-    device = next(model.parameters()).device
-    x, y = (t.to(device, non_blocking=True) for t in batch)
+    x, y = batch_on(model, batch)
     return F.mse_loss(model(x).float(), y.float())
-
-
-def _make_model(input_dim: int, hidden: int, depth: int, output_dim: int, seed: int) -> MLP:
-    # The same seed gives the same initial weights in every trial, without touching the global RNG.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return MLP(input_dim, hidden, depth, output_dim)
-
-
-def _check_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        minimum = 0 if name in ("transform_cost", "seed") else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise WorkloadError(f"mlp: {name} must be an integer >= {minimum}, got {value!r}")
 
 
 def build(
@@ -146,20 +131,14 @@ def build(
             base batch when ``num_workers`` is 0.
         seed: fixes the data, the teacher and the initial weights.
     """
-    _check_sizes(
-        hidden=hidden,
-        depth=depth,
-        input_dim=input_dim,
-        output_dim=output_dim,
-        samples=samples,
-        transform_cost=transform_cost,
-        seed=seed,
-    )
+    sizes = {"hidden": hidden, "depth": depth, "input_dim": input_dim, "output_dim": output_dim, "samples": samples,
+             "transform_cost": transform_cost, "seed": seed}
+    check_sizes("mlp", sizes, {"transform_cost": 0, "seed": 0})
     data = functools.partial(
         TeacherDataset, input_dim=input_dim, output_dim=output_dim, transform_cost=transform_cost, seed=seed
     )
     return Workload(
-        model=functools.partial(_make_model, input_dim, hidden, depth, output_dim, seed),
+        model=functools.partial(seeded_model, seed, MLP, input_dim, hidden, depth, output_dim),
         dataset=functools.partial(data, samples),
         loss=mse_loss,
         base_lr=2e-3,
