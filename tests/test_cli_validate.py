@@ -16,9 +16,10 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from autotune.cli import main
+from autotune.cli._validate import render_resolved_study as render_summary
 from autotune.knobs import KNOBS
-from autotune.spec import Choices, Fixed, IntRange, load_spec, read_yaml
-from autotune.summary import render_summary
+from autotune.spec import Choices, Fixed, IntRange, read_yaml
+from autotune.workload_check import load_spec
 
 WORKLOAD_PY = """\
 import torch

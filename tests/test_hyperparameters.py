@@ -16,11 +16,12 @@ from rich.console import Console
 
 import autotune
 from autotune.cli import main
+from autotune.cli._validate import render_resolved_study as render_summary
 from autotune.errors import StudyFileError
 from autotune.objectives import config_key
-from autotune.search_space._hyper import HyperparameterSpace
-from autotune.spec import Choices, FloatRange, IntRange, load_spec, parse_spec
-from autotune.summary import render_summary
+from autotune.search_space import HyperparameterSpace, study_space
+from autotune.spec import Choices, FloatRange, IntRange, parse_spec
+from autotune.workload_check import load_spec
 
 HERE = Path(__file__).parent
 WORKLOAD = HERE / "hyperparameter_workload.py"
@@ -132,7 +133,7 @@ def test_validate_shows_each_hyperparameter(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ the space
 def test_space_suggests_hp_params_and_the_baseline_takes_the_workloads_defaults(tmp_path: Path) -> None:
     spec = load_spec(_study(tmp_path, STUDY.format(record="''")))
-    space = spec.space()
+    space = study_space(spec)
     assert set(space.distributions()) >= {
         "hp.width", "hp.dropout", "hp.activation", "hp.base_lr", "hp.optimizer.momentum", "batch_size"
     }
@@ -163,7 +164,7 @@ def test_list_choices_are_stored_as_json_text_and_decoded() -> None:
 
 
 def test_configurations_differing_only_in_a_hyperparameter_have_different_keys(tmp_path: Path) -> None:
-    space = load_spec(_study(tmp_path, STUDY.format(record="''"))).space()
+    space = study_space(load_spec(_study(tmp_path, STUDY.format(record="''"))))
     a = space.config({"hyperparameters": {"dropout": 0.1}})
     b = space.config({"hyperparameters": {"dropout": 0.2}})
     assert a.knobs() == b.knobs()
@@ -230,7 +231,7 @@ def test_best_and_the_run_summary_show_the_hyperparameters(calibrated: tuple[aut
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     assert payload["hyperparameters"] == calibration.hyperparameters
-    from autotune.console import print_summary
+    from autotune.cli._run_summary import print_summary
     from autotune.tuner import summarize
 
     spec = load_spec(folder / "study.yaml")
@@ -262,13 +263,13 @@ def test_base_lr_reaches_a_build_that_takes_it(tmp_path: Path) -> None:
 
     workload = load_workload("wl.py:build", {}, tmp_path, {"base_lr": 0.05, "optimizer.eps": 1e-6})
     assert workload.base_lr == 0.05
-    assert spec.space().default_config().base_lr == 0.1  # the baseline: build()'s own default
+    assert study_space(spec).default_config().base_lr == 0.1  # the baseline: build()'s own default
 
 
 def test_the_reference_study_searches_lr_weight_decay_and_batch_on_time_to_loss() -> None:
     spec = load_spec(HERE.parent / "studies" / "hyperparameters.yaml")
     assert [o.metric for o in spec.objectives] == ["time_to_loss"] and spec.objectives[0].target
-    space = spec.space()
+    space = study_space(spec)
     assert {"hp.base_lr", "hp.optimizer.weight_decay", "batch_size"} <= set(space.distributions())
 
 
@@ -288,7 +289,7 @@ def test_the_json_schema_accepts_the_hyperparameters_section() -> None:
 
 
 def test_calibrate_overrides_on_a_spec_keep_its_hyperparameters_and_fixed_knobs() -> None:
-    from autotune.calibration import _resolve
+    from autotune.calibration._calibrate import _resolve
 
     spec = load_spec(HERE.parent / "studies" / "hyperparameters.yaml")
     resolved = _resolve(spec, {"budget__n_trials": 2})  # calibrate(spec, budget__n_trials=2) re-parses a dump
@@ -300,7 +301,7 @@ def test_calibrate_overrides_on_a_spec_keep_its_hyperparameters_and_fixed_knobs(
 def test_grid_points_of_float_hyperparameters() -> None:
     from optuna.distributions import FloatDistribution
 
-    from autotune.study import float_grid
+    from autotune.tuner import float_grid
 
     assert float_grid(FloatDistribution(0.0, 0.4)) == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
     assert float_grid(FloatDistribution(1e-4, 1e-2, log=True)) == pytest.approx([1e-4, 10**-3.5, 1e-3, 10**-2.5, 1e-2])

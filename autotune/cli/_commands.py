@@ -6,84 +6,20 @@ input, 1 for a failed run. ``--debug`` shows the traceback instead.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
+from autotune.cli._errors import Group, debugging, handle_errors
 from autotune.errors import AutotuneError
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def _handle_errors(func: F) -> F:
-    """Turn AutotuneError into one line on stderr and the right exit status; any other exception into one
-    line too (exit 1), with its traceback written to a file. ``--debug`` raises instead."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx = click.get_current_context()
-        debug = ctx.find_root().params.get("debug")
-        try:
-            return func(*args, **kwargs)
-        except AutotuneError as e:
-            if debug:
-                raise
-            click.echo(f"error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except Exception as e:
-            if debug:
-                raise
-            from autotune.errors import describe_internal_error
-
-            line = describe_internal_error(e, f"autotune {ctx.info_name}")
-            click.echo(f"error: {line}", err=True)
-            sys.exit(1)
-
-    return wrapper  # type: ignore[return-value]
-
-
-class _Group(click.Group):
-    """click's group, except that a bad option, argument or command is one line on stderr (exit 2), like
-    every other bad input, instead of click's usage block."""
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, False, **extra)
-        try:
-            rv = super().main(args, prog_name, complete_var, False, **extra)
-        except click.UsageError as e:
-            if type(e).__name__ == "NoArgsIsHelpError":  # bare `autotune`: click's help is the message
-                e.show()
-                sys.exit(e.exit_code)
-            where = e.ctx.command_path if e.ctx is not None else "autotune"
-            message = " ".join(e.format_message().split())
-            click.echo(f"error: {message} (see `{where} --help`)", err=True)
-            sys.exit(e.exit_code)
-        except click.ClickException as e:
-            e.show()
-            sys.exit(e.exit_code)
-        except click.Abort:
-            click.echo("Aborted!", err=True)
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="autotune")
 def main(debug: bool) -> None:
@@ -104,7 +40,7 @@ def main(debug: bool) -> None:
 @click.argument("study_file", type=click.Path())
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a study-file key.")
 @click.option("--no-build", is_flag=True, help="Import the workload only: do not build it or run its loss.")
-@_handle_errors
+@handle_errors
 def validate(study_file: str, sets: tuple[str, ...], no_build: bool) -> None:
     """Check a study file and its workload; print the resolved study.
 
@@ -113,9 +49,8 @@ def validate(study_file: str, sets: tuple[str, ...], no_build: bool) -> None:
     --no-build skips that for a workload too heavy to build here. Warnings name knobs the objectives
     cannot decide and choices that will hurt on this machine.
     """
-    from autotune.spec import load_spec
-    from autotune.summary import render_summary
-    from autotune.workload_check import captured_output, check_workload, study_warnings
+    from autotune.cli._validate import render_resolved_study
+    from autotune.workload_check import captured_output, check_workload, load_spec, study_warnings
 
     # What the workload prints while it is built is held back: a refusal is then one line (the held lines
     # come before it with --debug); when the workload passes, they are shown on stderr as printed.
@@ -125,7 +60,7 @@ def validate(study_file: str, sets: tuple[str, ...], no_build: bool) -> None:
             spec = load_spec(study_file, overrides=sets)
             report = None if no_build else check_workload(spec)
     except AutotuneError:
-        if printed and _debug():
+        if printed and debugging():
             click.echo("\n".join(printed), err=True)
         raise
     except BaseException:  # not foreseen: what was printed may explain it
@@ -134,7 +69,7 @@ def validate(study_file: str, sets: tuple[str, ...], no_build: bool) -> None:
         raise
     if printed:
         click.echo("\n".join(printed), err=True)
-    render_summary(spec, console)
+    render_resolved_study(spec, console)
     if report is not None:
         console.print(f"[green]ok[/] {report.line()}", highlight=False, soft_wrap=True)
     for warning in study_warnings(spec, spec.resolved_device()):
@@ -155,7 +90,7 @@ def schema() -> None:
               help="Set a knob (batch_size=64) or override a study-file key (workload.args.n_layer=4).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (outcome, reason, metrics, config).")
 @click.option("--dir", "trial_dir", type=click.Path(file_okay=False), help="Trial folder (default: runs/NAME/).")
-@_handle_errors
+@handle_errors
 def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str | None) -> None:
     """Run exactly one trial with the given knobs, outside any study, and print how it went.
 
@@ -168,14 +103,14 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
     """
     from pathlib import Path
 
-    from autotune.console import print_trial_result, trial_progress
-    from autotune.spec import load_spec
+    from autotune.cli._trial_view import print_trial_result, trial_progress
+    from autotune.search_space import study_space
     from autotune.trial_runner import Outcome, make_launcher, plan_for, run_trial
-    from autotune.workload_check import native_bf16
+    from autotune.workload_check import load_spec, native_bf16
 
     knob_sets, study_sets = _split_sets(sets)
     spec = load_spec(study_file, overrides=study_sets)
-    space = spec.space()
+    space = study_space(spec)
     config = space.config(space.parse_sets(knob_sets))
     folder = Path(trial_dir) if trial_dir else spec.runs_dir() / f"trial-{_stamp()}"
     if config.amp == "bf16" and config.device == "cpu" and native_bf16() is False:
@@ -196,13 +131,10 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
         payload["config"] = config.model_dump()
         click.echo(json.dumps(payload, indent=2))
     else:
-        print_trial_result(console, config, result, debug=_debug())
+        print_trial_result(console, config, result, debug=debugging())
     if result.outcome not in (Outcome.COMPLETE, Outcome.PRUNED):
         sys.exit(1)
 
-
-def _debug() -> bool:
-    return bool(click.get_current_context().find_root().params.get("debug"))
 
 
 def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -229,7 +161,7 @@ def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), help="Stop searching after S s.")
 @click.option("--storage", help="Storage URL (overrides the study file).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a study-file key.")
-@_handle_errors
+@handle_errors
 def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage: str | None,
         sets: tuple[str, ...]) -> None:
     """Run (or resume) a study: baseline, search, confirmation, then the chosen configuration.
@@ -240,9 +172,10 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
     the study stopped early because its workload is broken (the same error in the baseline and the
     next trials); 2 for bad input; 130/143 when interrupted (rerun to continue).
     """
-    from autotune.console import RunView, print_summary
-    from autotune.spec import load_spec
+    from autotune.cli._run_summary import print_summary
+    from autotune.cli._run_view import RunView
     from autotune.tuner import Interrupted, Tuner
+    from autotune.workload_check import load_spec
 
     spec = load_spec(study_file, overrides=_storage_override(storage, sets))
     view = RunView(console, spec.name, spec.trial.max_steps)
@@ -268,10 +201,10 @@ def _storage_override(storage: str | None, sets: tuple[str, ...]) -> list[str]:
 @click.argument("study_file", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("--storage", help="Storage URL (overrides the study file).")
-@_handle_errors
+@handle_errors
 def best(study_file: str, fmt: str, storage: str | None) -> None:
     """Print the best configuration found so far (knobs and derived values)."""
-    from autotune.results import best_payload
+    from autotune.cli._results import best_payload
 
     payload = best_payload(study_file, storage)
     if fmt == "json":
@@ -285,10 +218,10 @@ def best(study_file: str, fmt: str, storage: str | None) -> None:
 @main.command()
 @click.argument("study_file", type=click.Path())
 @click.option("--storage", help="Storage URL (overrides the study file).")
-@_handle_errors
+@handle_errors
 def status(study_file: str, storage: str | None) -> None:
     """Summarise a study, finished or in progress: counts by outcome, running trials, best so far."""
-    from autotune.results import print_status
+    from autotune.cli._results import print_status
 
     print_status(console, study_file, storage)
 
@@ -303,7 +236,7 @@ def _stamp() -> str:
 @click.argument("study_file", type=click.Path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the HTML file.")
 @click.option("--png", "png_dir", type=click.Path(file_okay=False), help="Also write each figure as PNG here.")
-@_handle_errors
+@handle_errors
 def report(study_file: str, output: str | None, png_dir: str | None) -> None:
     """Write the study's offline HTML report: one self-contained file (plotly.js inlined).
 
@@ -312,7 +245,7 @@ def report(study_file: str, output: str | None, png_dir: str | None) -> None:
     storage (run `autotune run STUDY_FILE` first); the workload is not imported.
     """
     from autotune.report import write_report
-    from autotune.spec import load_spec
+    from autotune.workload_check import load_spec
 
     spec = load_spec(study_file, check_workload=False)
     path = write_report(spec, path=output, png_dir=png_dir)
@@ -325,11 +258,11 @@ def report(study_file: str, output: str | None, png_dir: str | None) -> None:
 @click.argument("study_file", type=click.Path())
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0: a free port.")
-@_handle_errors
+@handle_errors
 def dashboard(study_file: str, host: str, port: int) -> None:
     """Serve optuna-dashboard on the study's storage (trial logs as artifacts) until Ctrl-C."""
     from autotune.report import is_loopback, serve_dashboard
-    from autotune.spec import load_spec
+    from autotune.workload_check import load_spec
 
     spec = load_spec(study_file, check_workload=False)
     if not is_loopback(host):
@@ -338,6 +271,3 @@ def dashboard(study_file: str, host: str, port: int) -> None:
     serve_dashboard(spec, host=host, port=port,
                     announce=lambda url: click.echo(f"optuna-dashboard for {spec.name}: {url} (Ctrl-C stops it)"))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main(prog_name="autotune")

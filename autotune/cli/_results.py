@@ -10,11 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from autotune.console import OUTCOME_STYLE, fmt
+from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
-from autotune.spec import StudySpec, load_spec
-from autotune.study import read_study
-from autotune.tuner import TuneSummary, summarize
+from autotune.objectives import compile_payback, complete_trials
+from autotune.spec import StudySpec
+from autotune.tuner import TuneSummary, read_study, summarize
+from autotune.workload_check import load_spec
 
 
 def load_summary(study_file: str, storage: str | None = None) -> tuple[StudySpec, TuneSummary]:
@@ -54,8 +55,6 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
 def _knob_measurements(summary: TuneSummary) -> dict[str, Any]:
     """What the best trial measured of its knobs: the threads it ran with (auto resolved), its compile_s,
     and when that compile time is won back."""
-    from autotune.objectives._compile_payback import compile_payback, complete_trials
-
     trials = complete_trials(summary.study)
     best = next((t for t in trials if t["number"] == summary.best_trial), None)
     if best is None:

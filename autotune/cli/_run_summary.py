@@ -1,255 +1,18 @@
-"""Rich renderings shared by the CLI commands: trial progress and results."""
+"""The final table of `autotune run`: the study's result (:class:`~autotune.tuner.TuneSummary`) against
+the baseline, with the compile payback, the time-to-loss reasoning and the loss noise floor."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotune.cli._style import fmt
+from autotune.objectives import TimeToLossRow, compile_payback, complete_trials, explain_choice, loss_noise_floor
 from autotune.search_space import TrialConfig
-from autotune.spec import TrialLimits
-from autotune.trial_runner import TickCallback, TrialResult, Window
-from autotune.tuner import Observer
-
-OUTCOME_STYLE = {
-    "complete": "green",
-    "pruned": "yellow",
-    "oom": "red",
-    "diverged": "magenta",
-    "crashed": "red",
-    "timeout": "red",
-    "hang": "red",
-}
-
-
-def fmt(value: float | None, spec: str = ".1f", unit: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
-
-@contextlib.contextmanager
-def trial_progress(console: Console, limits: TrialLimits, enabled: bool = True) -> Iterator[TickCallback | None]:
-    """A progress bar over a trial's steps (the time to the first step shows as 'starting')."""
-    if not enabled or not console.is_terminal:
-        yield None
-        return
-    progress = Progress(
-        TextColumn("[bold]trial[/]"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} steps"),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-    task = progress.add_task("trial", total=limits.max_steps, status="starting")
-
-    def tick(elapsed: float, windows: list[Window]) -> None:
-        if windows:
-            last = windows[-1]
-            progress.update(task, completed=last.step, status=f"{last.throughput_samples_s:,.0f} samples/s")
-
-    with progress:
-        yield tick
-
-
-def print_trial_result(console: Console, config: TrialConfig, result: TrialResult, debug: bool = False) -> None:
-    """How one trial went. A failed one shows the workload's exception and the user's file:line first;
-    autotune's own frames only with ``debug``."""
-    style = OUTCOME_STYLE.get(result.outcome.value, "white")
-    console.print(f"[bold {style}]{result.outcome.value}[/]  {escape(result.reason)}")
-    shown = _print_workload_error(console, result.error_lines, debug, result.trial_dir)
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_row("config", config.short())
-    table.add_row("throughput", fmt(result.throughput_samples_s, ",.1f", " samples/s"))
-    table.add_row("peak memory", fmt(result.peak_memory_mb, ",.0f", " MB"))
-    table.add_row("loss", fmt(result.loss, ".4g"))
-    if result.eval_loss is not None:
-        table.add_row("held-out loss", fmt(result.eval_loss, ".4g"))
-    table.add_row("steps", f"{result.steps} ({result.samples:,} samples)")
-    table.add_row("time to first step", fmt(result.time_to_first_step_s, ".2f", " s"))
-    table.add_row("threads per rank", f"{fmt(result.threads_per_rank, 'd')} ({config.threads_per_rank})")
-    if config.compile != "off":
-        table.add_row("compile", fmt(result.compile_s, ".2f", " s") + " (in the warm-up, not in throughput)")
-    table.add_row("wall time", fmt(result.wall_s, ".2f", " s"))
-    table.add_row("trial folder", result.trial_dir)
-    console.print(table)
-    if result.error_lines and not shown:
-        console.print("[dim]last error lines:[/]")
-        for line in result.error_lines[-8:]:
-            console.print(f"  {line}", markup=False, highlight=False)
-
-
-def _print_workload_error(console: Console, lines: list[str], debug: bool, trial_dir: str = "") -> bool:
-    """The recorded traceback, the workload's part first: exception, user's file:line, the frames outside
-    autotune. Returns False when the lines hold no traceback (they are then printed as they are)."""
-    from autotune.tracebacks import parse_lines, recorded_where
-
-    parsed = parse_lines(lines) if lines else None
-    if parsed is None:
-        return False
-    console.print(f"[bold]{escape(parsed.exception)}[/]", highlight=False)
-    if parsed.user is not None:
-        console.print(f"  at {escape(parsed.user.where())}", highlight=False)
-        if parsed.user.source:
-            console.print(f"    {parsed.user.source}", markup=False, highlight=False)
-    elif where := recorded_where(trial_dir):  # the user's frame lies deeper than the lines kept
-        console.print(f"  at {escape(where)}", highlight=False)
-    if debug:
-        console.print("[dim]traceback (as the rank recorded it):[/]")
-        for line in parsed.all_lines:
-            console.print(f"  {line}", markup=False, highlight=False)
-    else:
-        if parsed.user_lines:
-            console.print("[dim]traceback outside autotune:[/]")
-            for line in parsed.user_lines[-10:]:
-                console.print(f"  {line}", markup=False, highlight=False)
-        console.print("[dim](autotune's own frames are hidden; --debug shows them)[/]")
-    return True
-
-
-# ------------------------------------------------------------------------------------------- tuning view
-class RunView(Observer):
-    """The live view of `autotune run`: trial i of N, the running trial, best so far, outcome counts.
-
-    On a terminal it is a rich Live display; elsewhere (CI, pipes) it prints one line per trial.
-    """
-
-    def __init__(self, console: Console, study_name: str, max_steps: int) -> None:
-        from rich.live import Live
-
-        self.console = console
-        self.study_name = study_name
-        self.max_steps = max_steps
-        self.live_enabled = console.is_terminal
-        self.live = Live(console=console, refresh_per_second=4, transient=True) if self.live_enabled else None
-        self.target: int | None = 0
-        self.done = 0
-        self.rows: list[tuple[str, ...]] = []
-        self.counts: dict[str, int] = {}
-        self.best: float | None = None
-        self.baseline: float | None = None
-        self.current = ""
-        self.progress = ""
-
-    # Observer hooks ---------------------------------------------------------------------------------
-    def study_opened(self, study: Any, target: int | None, done: int) -> None:
-        self.target, self.done = target, done
-        for t in study.get_trials(deepcopy=False):
-            attrs = t.user_attrs
-            if "outcome" in attrs:
-                self._count(attrs["outcome"])
-                self._note_value(attrs.get("role", "search"), attrs.get("outcome"), attrs.get("throughput_samples_s"))
-        if done:
-            of = f" of {target}" if target is not None else ""
-            self.console.print(f"resuming study [bold]{self.study_name}[/]: {done}{of} trials done")
-        if self.live is not None:
-            self.live.start()
-            self.live.update(self._render())
-
-    def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
-        label = {"baseline": "baseline", "confirm": "confirm"}.get(role, f"trial {self._of()}")
-        self.current = f"#{number} {label}: {config.short()}"
-        self.progress = "starting"
-        self._refresh()
-
-    def trial_progress(self, elapsed_s: float, windows: list[Window]) -> None:
-        if windows:
-            last = windows[-1]
-            self.progress = (
-                f"step {last.step}/{self.max_steps}  {last.throughput_samples_s:,.0f} samples/s  "
-                f"loss {last.loss:.4g}  {elapsed_s:.0f} s"
-            )
-        else:
-            self.progress = f"starting ({elapsed_s:.0f} s)"
-        self._refresh()
-
-    def trial_finished(self, number: int, role: str, config: TrialConfig, result: TrialResult) -> None:
-        if role != "confirm":
-            self.done += 1
-        outcome = result.outcome.value
-        self._count(outcome)
-        self._note_value(role, outcome, result.throughput_samples_s)
-        ratio = (
-            f"{result.throughput_samples_s / self.baseline:.2f}x"
-            if result.throughput_samples_s and self.baseline
-            else "-"
-        )
-        row = (
-            str(number), role, outcome, fmt(result.throughput_samples_s, ",.0f"), ratio,
-            fmt(result.peak_memory_mb, ",.0f"), fmt(result.loss, ".4g"), config.short(),
-        )
-        self.rows.append(row)
-        self.current, self.progress = "", ""
-        if self.live is None:
-            style = OUTCOME_STYLE.get(outcome, "white")
-            self.console.print(
-                f"#{number:<3} {role:<8} [{style}]{outcome:<9}[/] {row[3]:>10} samples/s {ratio:>6}  "
-                f"{row[5]:>6} MB  {config.short()}{'' if outcome == 'complete' else f'  ({escape(result.reason)})'}",
-                highlight=False,
-                soft_wrap=True,
-            )
-        self._refresh()
-
-    def confirming(self, runs: int) -> None:
-        self.current = f"confirming the best configurations: {runs} re-runs"
-        if self.live is None:
-            self.console.print(self.current)
-        self._refresh()
-
-    def finished(self, summary: Any) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-
-    # rendering --------------------------------------------------------------------------------------
-    def _count(self, outcome: str) -> None:
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
-
-    def _note_value(self, role: str, outcome: object, value: object) -> None:
-        if outcome != "complete" or not isinstance(value, (int, float)):
-            return
-        if role == "baseline" and self.baseline is None:
-            self.baseline = float(value)
-        if self.best is None or value > self.best:
-            self.best = float(value)
-
-    def _refresh(self) -> None:
-        if self.live is not None:
-            self.live.update(self._render())
-
-    def _of(self) -> str:
-        """``3 of 20``, or ``3`` when the budget has no trial limit."""
-        if self.target is None:
-            return str(self.done + 1)
-        return f"{min(self.done + 1, self.target)} of {self.target}"
-
-    def _render(self) -> Table:
-        grid = Table.grid(padding=(0, 1))
-        best = fmt(self.best, ",.0f", " samples/s")
-        if self.best and self.baseline:
-            best += f" ({self.best / self.baseline:.2f}x baseline)"
-        counts = "  ".join(f"{k}: {v}" for k, v in sorted(self.counts.items()))
-        grid.add_row(f"[bold]{self.study_name}[/]  trial {self._of()}")
-        grid.add_row(f"best so far: {best}")
-        grid.add_row(f"[dim]{counts or 'no trial finished yet'}[/]")
-        if self.current:
-            grid.add_row(f"[cyan]{self.current}[/]")
-            grid.add_row(f"  {self.progress}")
-        table = Table(box=None, header_style="dim")
-        for name in ("#", "role", "outcome", "samples/s", "vs base", "MB", "loss", "config"):
-            table.add_column(name, justify="right" if name in ("samples/s", "vs base", "MB", "loss") else "left")
-        for row in self.rows[-10:]:
-            table.add_row(*row[:2], f"[{OUTCOME_STYLE.get(row[2], 'white')}]{row[2]}[/]", *row[3:])
-        grid.add_row(table)
-        return grid
 
 
 def print_summary(console: Console, summary: object, spec: Any = None) -> None:
@@ -323,16 +86,12 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{' (confirmed by re-runs)' if summary.confirmed else ''}[/]")
     if summary.best_config.compile != "off":
-        from autotune.objectives._compile_payback import compile_payback, complete_trials
-
         rows = complete_trials(summary.study)
         chosen = next((r for r in rows if r["number"] == summary.best_trial), None)
         payback = compile_payback(chosen, rows) if chosen else None
         if payback is not None:
             console.print(escape(payback.describe()))
     if metric == "time_to_loss_s":
-        from autotune.objectives._time_to_loss import explain_choice
-
         explanation = explain_choice(_time_to_loss_rows(summary.study), best.config_key)
         if explanation:
             console.print(explanation)
@@ -374,8 +133,6 @@ def _group_attr(study: Any, group: Any, name: str) -> float | None:
 
 def _time_to_loss_rows(study: Any) -> list[Any]:
     """Every feasible complete or pruned trial with a time to loss, as explain_choice reads them."""
-    from autotune.objectives._time_to_loss import TimeToLossRow
-
     rows = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
@@ -396,8 +153,6 @@ def _time_to_loss_rows(study: Any) -> list[Any]:
 def _loss_floor_line(study: Any, best: Any, base: Any) -> str | None:
     """The loss noise floor (the loss spread of repeats of one configuration) and whether the chosen
     configuration's loss differs from the baseline's by more than it; None without repeats."""
-    from autotune.objectives._time_to_loss import loss_noise_floor
-
     losses: dict[str, list[float]] = {}
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs

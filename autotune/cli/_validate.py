@@ -14,15 +14,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.knobs import KNOBS
-from autotune.spec import Choices, Fixed, FloatRange, HyperparameterSpec, IntRange, KnobSpec, StudySpec, _redact
+from autotune.search_space import study_space
+from autotune.spec import Choices, Fixed, FloatRange, HyperparameterSpec, IntRange, KnobSpec, StudySpec, redact_url
+from autotune.workload import study_workload
 
-__all__ = ["render_summary"]
+__all__ = ["render_resolved_study"]
 
 
-def render_summary(spec: StudySpec, console: Console) -> None:
+def render_resolved_study(spec: StudySpec, console: Console) -> None:
     """Print the resolved study: settings, the knobs, the env: section, notes, objectives and budget."""
-    workload = spec.load_workload()
-    space = spec.space()
+    workload = study_workload(spec)
+    space = study_space(spec)
 
     console.print(f"[bold]study[/] {escape(spec.name)}  [dim]({escape(spec.source)})[/]")
     settings = Table.grid(padding=(0, 2))
@@ -78,7 +80,7 @@ def _env_table(space: Any) -> Table:
 
 def _hyperparameter_table(hyper: Any, entrypoint: str) -> Table:
     """The hyperparameters: name, where the value goes, fixed or searched (Optuna param), values, baseline."""
-    from autotune.search_space._hyper import param_name
+    from autotune.search_space import param_name
     from autotune.spec import BASE_LR, OPTIMIZER_PREFIX
 
     table = Table(title="hyperparameters", title_justify="left", show_edge=False, pad_edge=False)
@@ -146,7 +148,7 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
     confirm_text = f"top {confirm.top_k} re-run {confirm.repeats} time(s)" if confirm.top_k > 0 else "off"
     args = ", ".join(f"{k}={_show(v)}" for k, v in spec.workload.args.items()) or "-"
     rows = [
-        ("storage", _redact(spec.storage_url())),
+        ("storage", redact_url(spec.storage_url())),
         ("workload", f"{spec.workload.entrypoint}({args})"),
         ("lr reference", f"base_lr {_show(workload.base_lr)} at global batch {workload.base_batch_size}"),
         ("launcher", where),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from autotune.console import print_summary
+from autotune.cli._run_summary import print_summary
 from autotune.errors import StudyFileError
 from autotune.objectives._time_to_loss import (
     HORIZON,
@@ -19,9 +19,10 @@ from autotune.objectives._time_to_loss import (
     loss_noise_floor,
     samples_to_loss,
 )
-from autotune.spec import load_spec, parse_spec
+from autotune.spec import parse_spec
 from autotune.trial_runner import Window
 from autotune.tuner import Tuner
+from autotune.workload_check import load_spec
 
 HERE = Path(__file__).parent
 
@@ -166,7 +167,7 @@ def test_the_summary_explains_why_the_chosen_batch_is_not_the_fastest(both) -> N
 def test_the_summary_states_the_loss_noise_floor_of_repeats() -> None:
     import optuna
 
-    from autotune.console import _loss_floor_line
+    from autotune.cli._run_summary import _loss_floor_line
     from autotune.objectives import Group
 
     study = optuna.create_study()
@@ -198,7 +199,7 @@ def test_best_reports_the_time_to_loss_median(both) -> None:  # type: ignore[no-
 
 def test_stored_windows_carry_the_running_estimate_for_the_multi_objective_rule() -> None:
     from autotune.objectives._time_to_loss import window_extras
-    from autotune.tuner import _window_values
+    from autotune.tuner._telling import window_values as _window_values
 
     doc = {"name": "x", "workload": {"entrypoint": "a:b"},
            "objectives": [{"metric": "time_to_loss", "target": 1.5}, {"metric": "peak_memory_mb"}]}

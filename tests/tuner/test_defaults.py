@@ -17,16 +17,15 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from autotune._replay import Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.calibration import load_calibration
-from autotune.console import print_summary
+from autotune.cli._results import best_payload
+from autotune.cli._run_summary import print_summary
 from autotune.objectives import config_key
 from autotune.report import headline_data
-from autotune.results import best_payload
 from autotune.search_space import TrialConfig
-from autotune.spec import load_spec
 from autotune.trial_runner import Outcome
-from autotune.tuner import Tuner, TuneSummary
+from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, recorded_runner, replay_runner
+from autotune.workload_check import load_spec
 
 from .conftest import StudyDir
 
