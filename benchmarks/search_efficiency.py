@@ -165,7 +165,7 @@ def tuner_replay(strategy: str, seed: int, landscape: Landscape, max_trials: int
     """One autotune strategy: the real Tuner, trials replayed from the landscape (no confirmation runs)."""
     import tempfile
 
-    from autotune._replay import NoLaunch, recorded_runner
+    from autotune.tuner import NoLaunch, recorded_runner
     from autotune.objectives import config_key
     from autotune.search_space import TrialConfig
     from autotune.tuner import Tuner
@@ -203,7 +203,7 @@ def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budg
     import optuna
 
     from autotune.objectives import config_key
-    from autotune.study import grid_points
+    from autotune.tuner import grid_points
 
     if strategy.startswith("autotune"):
         return tuner_replay(strategy, seed, landscape, max_trials, budget)

@@ -147,7 +147,7 @@ CHECK = textwrap.dedent(
 
     import optuna
     from autotune.spec import parse_spec
-    from autotune.study import make_pruner, make_sampler
+    from autotune.tuner import make_pruner, make_sampler
 
     spec = parse_spec({"name": "deps", "workload": {"entrypoint": "autotune.workloads.mlp:build"},
                        "search_space": {"batch_size": {"low": 16, "high": 256, "log": True},

@@ -10,10 +10,10 @@ import pytest
 from optuna.samplers import GPSampler
 from optuna.trial import TrialState
 
-from autotune._gp import PartialGPSampler, _WithPartial
+from autotune.tuner._gp import PartialGPSampler, _WithPartial
 from autotune.objectives import NoiseAwarePruner
 from autotune.spec import parse_spec
-from autotune.study import make_pruner, make_sampler
+from autotune.tuner import make_pruner, make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

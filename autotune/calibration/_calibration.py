@@ -1,26 +1,18 @@
-"""``autotune.calibrate()``: the first step of a training launcher.
-
-It runs (or resumes) the study and returns a :class:`Calibration`: the chosen configuration with the
-helpers a training script applies directly — DataLoader and DDP keyword arguments, an autocast
-context, a GradScaler, activation checkpointing, the learning rate and the torchrun arguments.
+"""The :class:`Calibration` a study's choice becomes: the chosen configuration with the helpers a training
+script applies directly — DataLoader and DDP keyword arguments, an autocast context, a GradScaler,
+activation checkpointing, sharding, the learning rate and the torchrun arguments.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from autotune.errors import UsageError
 from autotune.search_space import TrialConfig
-from autotune.spec import StudySpec, load_spec, parse_spec
-from autotune.tuner import Observer, Tuner, TuneSummary
 
-__all__ = ["Calibration", "calibrate", "load_calibration"]
+__all__ = ["Calibration"]
 
 
 @dataclass(frozen=True)
@@ -138,10 +130,10 @@ class Calibration:
             return model
         import torch
 
-        from autotune.trial_runner._training import _shard
+        from autotune.trial_runner import shard_model
 
         device = torch.device(self.config.device)
-        _shard(model, tuple(module_types), self.config, device)
+        shard_model(model, tuple(module_types), self.config, device)
         return model
 
     def env(self) -> dict[str, str]:
@@ -190,7 +182,7 @@ class Calibration:
     def torch_threads(self) -> int:
         """Intra-op threads per rank, as the trials used them: the ``threads_per_rank`` number, or for
         ``auto`` the rank's share of this machine's cores less its DataLoader workers."""
-        from autotune.trial_runner._training import compute_threads
+        from autotune.trial_runner import compute_threads
 
         if isinstance(self.config.threads_per_rank, int):
             return self.config.threads_per_rank
@@ -205,7 +197,7 @@ class Calibration:
         learning rate, DataLoader workers/prefetch/pin memory, bf16/fp16, gradient checkpointing,
         ``ddp_bucket_cap_mb``, compile and FSDP. Add ``output_dir`` and the rest of yours; start the script
         with ``torchrun`` and :meth:`torchrun_args` for the chosen ranks. Needs ``autotune[hf]`` to use."""
-        from autotune._integrations import hf_training_arguments
+        from autotune.calibration._integrations import hf_training_arguments
 
         return hf_training_arguments(self.config)
 
@@ -215,7 +207,7 @@ class Calibration:
         chosen bucket size for several ranks), of your ``DataLoader``, and the learning rate for
         ``configure_optimizers``. Activation checkpointing: :meth:`apply_activation_checkpointing` in
         ``configure_model``. Needs ``autotune[lightning]`` for several ranks."""
-        from autotune._integrations import lightning_kwargs
+        from autotune.calibration._integrations import lightning_kwargs
 
         return lightning_kwargs(self.config, self.dataloader_kwargs())
 
@@ -234,96 +226,3 @@ class Calibration:
             speed = ", the default configuration: nothing beat it"
         through = f"{self.throughput_samples_s:,.0f} samples/s" if self.throughput_samples_s else "unmeasured"
         return f"{self.config.short()} ({through}{speed})"
-
-
-def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
-    if summary.best_config is None or summary.best is None:
-        raise UsageError(
-            f"{spec.source}: no trial of study {spec.name!r} completed, so there is nothing to apply; "
-            "see `autotune status` for what went wrong"
-        )
-    return Calibration(
-        config=summary.best_config,
-        study=summary.study,
-        throughput_samples_s=summary.best.median,
-        spread=summary.best.spread,
-        peak_memory_mb=summary.best.peak_memory_mb,
-        loss=summary.best.loss,
-        speedup=summary.speedup,
-        baseline_throughput_samples_s=summary.baseline.median if summary.baseline else None,
-        confirmed=summary.confirmed,
-        default_is_best=summary.default_is_best,
-    )
-
-
-def _resolve(study: str | os.PathLike[str] | StudySpec, overrides: Mapping[str, Any]) -> StudySpec:
-    sets = [f"{key.replace('__', '.')}={json.dumps(value)}" for key, value in overrides.items()]
-    if isinstance(study, StudySpec):
-        if not sets:
-            return study
-        document = _as_document(study.model_dump(mode="json", exclude_unset=True))
-        spec = parse_spec(document, source=study.source, base_dir=study.base_dir, overrides=sets)
-        return spec
-    if isinstance(study, (str, os.PathLike)):
-        return load_spec(Path(study), overrides=sets)
-    raise UsageError(f"calibrate() takes a study file path or a StudySpec, not {type(study).__name__}")
-
-
-def _as_document(dumped: Any) -> Any:
-    """A dumped StudySpec as the study file it came from: a fixed knob (``{"value": v}``) is the plain ``v``
-    again. Only keys the file set are dumped, so an explicit null (``budget.n_trials: null``) stays null."""
-    if isinstance(dumped, dict):
-        if set(dumped) == {"value"}:
-            return _as_document(dumped["value"])
-        return {k: _as_document(v) for k, v in dumped.items()}
-    if isinstance(dumped, list):
-        return [_as_document(v) for v in dumped]
-    return dumped
-
-
-def _refuse_inside_a_rank() -> None:
-    with contextlib.suppress(ImportError):
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            raise UsageError(
-                "calibrate() runs trials with torchrun and belongs in the launcher, before the ranks start; "
-                "in a rank, read the result with autotune.load_calibration(STUDY_FILE)"
-            )
-
-
-def calibrate(
-    study: str | os.PathLike[str] | StudySpec,
-    *,
-    n_trials: int | None = None,
-    timeout_s: float | None = None,
-    observer: Observer | None = None,
-    **overrides: Any,
-) -> Calibration:
-    """Run (or resume) the study and return the chosen configuration, ready to apply.
-
-    Args:
-        study: a study file path or a :class:`~autotune.StudySpec`.
-        n_trials: trials the study should hold (default: its budget); an existing study resumes.
-        timeout_s: stop searching after this many seconds.
-        observer: progress hooks (see :class:`autotune.tuner.Observer`); silent by default.
-        **overrides: study-file keys, nested with a double underscore: ``trial__max_steps=20``,
-            ``storage="sqlite:///x.db"``, ``budget__n_trials=8``.
-
-    Raises:
-        UsageError: bad input (study file, overrides) or when called inside a distributed rank.
-    """
-    _refuse_inside_a_rank()
-    spec = _resolve(study, overrides)
-    summary = Tuner(spec, observer=observer).run(n_trials=n_trials, timeout_s=timeout_s)
-    return _from_summary(summary, spec)
-
-
-def load_calibration(study: str | os.PathLike[str] | StudySpec, **overrides: Any) -> Calibration:
-    """The configuration an existing study chose, without running anything (e.g. inside a rank)."""
-    from autotune.study import read_study
-    from autotune.tuner import summarize
-
-    spec = _resolve(study, overrides)
-    stored = read_study(spec)
-    return _from_summary(summarize(stored, spec), spec)

@@ -16,6 +16,7 @@ from autotune.objectives._metrics import (
     constraint_values,
     metric_value,
     objective_values,
+    running_value,
     window_history,
     window_value,
 )
@@ -28,7 +29,6 @@ from autotune.objectives._time_to_loss import (
     estimate_time_to_loss,
     explain_choice,
     loss_noise_floor,
-    running_value,
     time_to_loss_attrs,
     window_extras,
 )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from autotune.objectives._time_to_loss import RunningTimeToLoss, result_time_to_loss
 from autotune.spec import ObjectiveSpec
 from autotune.trial_result import Outcome, TrialResult, Window
 
@@ -19,8 +20,6 @@ def metric_value(result: TrialResult, objective: ObjectiveSpec) -> float | None:
     number, which Optuna would refuse as an objective value.
     """
     if objective.metric == "time_to_loss":  # from the loss curve and the throughput (_time_to_loss.py)
-        from autotune.objectives._time_to_loss import result_time_to_loss
-
         estimate = result_time_to_loss(result, float(objective.target or 0.0))
         value = estimate.seconds if estimate is not None else None
     else:
@@ -52,6 +51,14 @@ def window_value(window: Window, objective: ObjectiveSpec) -> float:
     if objective.metric == "peak_memory_mb":
         return window.peak_memory_mb
     return window.loss
+
+
+def running_value(objective: ObjectiveSpec, warmup_steps: int | None = None) -> Callable[[Window], float]:
+    """The per-window intermediate value of ``objective``, stateful for time_to_loss (the estimate from the
+    windows so far)."""
+    if objective.metric == "time_to_loss":
+        return RunningTimeToLoss(float(objective.target or 0.0), warmup_steps)
+    return lambda window: window_value(window, objective)
 
 
 def window_history(windows: Sequence[Window], objectives: Sequence[ObjectiveSpec]) -> list[tuple[int, list[float]]]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -217,15 +217,6 @@ class RunningTimeToLoss:
         self.windows.append(window)
         estimate = estimate_time_to_loss(self.windows, self.target, window.throughput_samples_s, self.warmup_steps)
         return estimate.seconds if estimate is not None else math.inf
-
-
-def running_value(objective: Any, warmup_steps: int | None = None) -> Callable[[Window], float]:
-    """The per-window intermediate value of ``objective`` (an ObjectiveSpec), stateful for time_to_loss."""
-    if objective.metric == "time_to_loss":
-        return RunningTimeToLoss(float(objective.target), warmup_steps)
-    from autotune.objectives._metrics import window_value
-
-    return lambda window: window_value(window, objective)
 
 
 class TimeToLossRow(NamedTuple):

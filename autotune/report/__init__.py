@@ -2,10 +2,10 @@
 self-contained HTML file; plus optuna-dashboard on the study's storage and the trials' logs as artifacts.
 
 ``write_report(spec)`` writes ``dashboards/<name>.html``; ``serve_dashboard(spec)`` serves the live
-dashboard; the tuner calls ``attach_trial_artifacts`` for every trial before telling Optuna its result.
+dashboard, reading the trials' artifacts (the tuner attaches them: ``autotune.tuner.attach_trial_artifacts``).
 """
 
-from autotune.report._artifacts import artifact_store_for, artifacts_dir, attach_trial_artifacts
+from autotune.report._artifacts import artifact_store_for, artifacts_dir
 from autotune.report._dashboard import DashboardError, dashboard_url, is_loopback, serve_dashboard
 from autotune.report._data import (
     BatchData,
@@ -55,7 +55,6 @@ __all__ = [
     "TrialsTable",
     "artifact_store_for",
     "artifacts_dir",
-    "attach_trial_artifacts",
     "dashboard_url",
     "default_report_path",
     "feasibility_data",

@@ -1,20 +1,18 @@
-"""A trial's log files as Optuna artifacts, so optuna-dashboard shows them on the trial's page."""
+"""The study's artifact store, to READ the trials' log files (optuna-dashboard shows them on a trial's page).
+
+The tuner writes them (``autotune.tuner.attach_trial_artifacts``, before it tells Optuna a trial's result);
+the report only opens the store they are in.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import optuna
-from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
-from optuna.trial import FrozenTrial
+from optuna.artifacts import FileSystemArtifactStore
 
 from autotune.spec import StudySpec
 
-__all__ = ["artifact_store_for", "artifacts_dir", "attach_trial_artifacts"]
-
-# Shown as text in the dashboard (mimetypes knows none of these suffixes).
-_TEXT_SUFFIXES = {".log", ".err", ".out", ".jsonl", ".txt"}
-_MAX_BYTES = 50 * 1024 * 1024  # a runaway log is not copied into the artifact store
+__all__ = ["artifact_store_for", "artifacts_dir"]
 
 
 def artifacts_dir(spec: StudySpec) -> Path:
@@ -28,51 +26,3 @@ def artifact_store_for(spec: StudySpec, create: bool = True) -> FileSystemArtifa
     if create:
         folder.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(folder)
-
-
-def _mimetype(path: Path) -> str | None:
-    if path.suffix in _TEXT_SUFFIXES:
-        return "text/plain"
-    if path.suffix == ".json":
-        return "application/json"
-    return None
-
-
-def attach_trial_artifacts(
-    study: optuna.Study,
-    trial: int | FrozenTrial,
-    trial_dir: str | Path,
-    artifact_store: FileSystemArtifactStore,
-) -> list[str]:
-    """Upload every file at the top of ``trial_dir`` (config.json, metrics.jsonl, rank*.log,
-    launcher.err, result.json, ...) as an artifact of the trial; return the new artifact ids.
-
-    The tuner calls it once the trial's run has ended (whatever its outcome) and BEFORE
-    ``study.tell(...)``: Optuna refuses to change a finished trial, so a finished trial raises
-    ValueError. Files already attached to the trial (same name) are skipped, so a second call attaches
-    nothing twice; a missing folder attaches nothing.
-    """
-    # Study has no public accessor for its storage; upload_artifact needs it for a FrozenTrial.
-    storage = study._storage
-    number = trial if isinstance(trial, int) else trial.number
-    try:
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-    except KeyError:
-        raise ValueError(f"study {study.study_name!r} has no trial number {number}") from None
-    frozen = storage.get_trial(trial_id)
-    if frozen.state.is_finished():
-        raise ValueError(
-            f"trial {number} of {study.study_name!r} is already {frozen.state.name}; Optuna cannot attach "
-            "artifacts to a finished trial, so call attach_trial_artifacts before study.tell()"
-        )
-    folder = Path(trial_dir)
-    if not folder.is_dir():
-        return []
-    attached = {meta.filename for meta in get_all_artifact_meta(frozen, storage=storage)}
-    ids = []
-    for path in sorted(folder.iterdir()):
-        if not path.is_file() or path.name in attached or path.stat().st_size > _MAX_BYTES:
-            continue
-        ids.append(upload_artifact(study_or_trial=frozen, file_path=str(path), artifact_store=artifact_store,
-                                   storage=storage, mimetype=_mimetype(path)))
-    return ids

@@ -4,7 +4,8 @@ The seam is ``Tuner(run_trial=...)``: where a live study launches a trial and mo
 the trial's measurements from a landscape (a function of the configuration) and hands them to the
 monitor's callbacks window by window, as the monitor does. Everything else — the study, the sampler,
 the pruner, the baseline, confirmation, telling, choosing — is the live study's code. Benchmarks
-(benchmarks/search_efficiency.py) and tests of the defaults use it.
+(benchmarks/search_efficiency.py) and tests of the defaults use it, as ``autotune.tuner.replay_runner``
+and ``autotune.tuner.recorded_runner``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
 from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window
 
-__all__ = ["Measured", "NoLaunch", "recorded_runner", "replay_runner"]
+__all__ = ["Landscape", "Measured", "NoLaunch", "recorded_runner", "replay_runner"]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from autotune import Calibration
-from autotune._integrations import HF_TRAINING_ARGUMENTS
+from autotune.calibration import HF_TRAINING_ARGUMENTS
 from autotune.search_space import TrialConfig
 
 transformers = pytest.importorskip("transformers")

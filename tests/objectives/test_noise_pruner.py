@@ -118,7 +118,7 @@ def test_an_infeasible_or_unfinished_trial_is_never_the_reference(outcome: str, 
 
 @pytest.mark.parametrize("outcome, memory", INFEASIBLE)
 def test_successive_halving_sees_only_feasible_complete_references(outcome: str, memory: float) -> None:
-    from autotune.study import FeasibleReferences
+    from autotune.tuner import FeasibleReferences
 
     halving = optuna.pruners.SuccessiveHalvingPruner(min_resource=10, reduction_factor=2)
     study = optuna.create_study(direction="maximize")

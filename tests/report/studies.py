@@ -16,7 +16,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.objectives import config_key
-from autotune.report import artifact_store_for, attach_trial_artifacts
+from autotune.report import artifact_store_for
+from autotune.tuner import attach_trial_artifacts
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec, load_spec
 

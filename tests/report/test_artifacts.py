@@ -8,7 +8,8 @@ import optuna
 import pytest
 from optuna.artifacts import FileSystemArtifactStore, download_artifact, get_all_artifact_meta
 
-from autotune.report import artifact_store_for, artifacts_dir, attach_trial_artifacts
+from autotune.report import artifact_store_for, artifacts_dir
+from autotune.tuner import attach_trial_artifacts
 
 from .conftest import Built
 

@@ -86,7 +86,7 @@ RACE = """
 import sys, time
 from pathlib import Path
 from autotune.spec import load_spec
-from autotune.study import open_study
+from autotune.tuner import open_study
 spec = load_spec(sys.argv[1])
 space = spec.space()
 start = float(sys.argv[2])

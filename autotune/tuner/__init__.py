@@ -1,0 +1,65 @@
+"""The tuner: the loop that runs a study's trials, and the Optuna side of the study it stores them in.
+
+``Tuner(spec).run()`` runs (or resumes) a study: the baseline, the sampler's trials with pruning, the
+confirmation runs; :func:`summarize` reads the chosen configuration back (the choice is
+:func:`autotune.objectives.choose`'s). ``replay_runner``/``recorded_runner`` are the seam that runs the
+real tuner on a landscape instead of launches (benchmarks, tests).
+"""
+
+from autotune.tuner._artifacts import attach_trial_artifacts
+from autotune.tuner._confirmation import confirmation_record, top_groups
+from autotune.tuner._gp import PartialGPSampler
+from autotune.tuner._loop import Tuner
+from autotune.tuner._observer import Observer
+from autotune.tuner._recovery import Interrupted
+from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
+from autotune.tuner._results import TuneSummary, chosen, measured_groups, summarize
+from autotune.tuner._roles import (
+    FINISHED,
+    INTERRUPTED,
+    ROLE_BASELINE,
+    ROLE_CONFIRM,
+    ROLE_SEARCH,
+    counts_toward_budget,
+)
+from autotune.tuner._sampling import FeasibleReferences, float_grid, grid_points, make_pruner, make_sampler
+from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
+from autotune.tuner._study import feasible, machine_facts, open_study, read_study
+
+__all__ = [
+    "FINISHED",
+    "GRACE_PERIOD_S",
+    "HEARTBEAT_INTERVAL_S",
+    "INTERRUPTED",
+    "ROLE_BASELINE",
+    "ROLE_CONFIRM",
+    "ROLE_SEARCH",
+    "FeasibleReferences",
+    "Interrupted",
+    "Landscape",
+    "Measured",
+    "NoLaunch",
+    "Observer",
+    "PartialGPSampler",
+    "TuneSummary",
+    "Tuner",
+    "attach_trial_artifacts",
+    "chosen",
+    "confirmation_record",
+    "counts_toward_budget",
+    "feasible",
+    "float_grid",
+    "grid_points",
+    "machine_facts",
+    "make_pruner",
+    "make_sampler",
+    "make_storage",
+    "measured_groups",
+    "open_study",
+    "read_study",
+    "recorded_runner",
+    "replay_runner",
+    "study_lock",
+    "summarize",
+    "top_groups",
+]

@@ -1,0 +1,145 @@
+"""Confirmation runs: the top configurations and the baseline re-measured, interleaved, after the search.
+
+The record written at the end (``autotune_confirmation``) holds :func:`autotune.objectives.choose`'s
+choice, as the summary does: one module picks the winner.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from autotune.objectives import Group, pareto_front
+from autotune.spec import StudySpec
+from autotune.tuner._observer import Observer
+from autotune.tuner._results import chosen, measured_groups
+from autotune.tuner._roles import FINISHED, INTERRUPTED, ROLE_BASELINE, ROLE_CONFIRM
+
+RunConfirmation = Callable[[Group], None]  # queue one confirmation run of the group's configuration, run it
+
+
+def confirm(
+    study: optuna.Study,
+    spec: StudySpec,
+    run: RunConfirmation,
+    *,
+    observer: Observer,
+    clock: Callable[[], float],
+    deadline: float | None = None,
+) -> None:
+    """Re-measure the top configurations and the baseline, interleaved, until each has ``repeats``
+    confirmation runs; the summary then picks the best by the median of all its measurements. A run
+    expected to end past ``deadline`` (``clock``'s time) is not started."""
+    settings = spec.confirm
+    if settings.top_k == 0:
+        return
+    groups = measured_groups(study, spec)
+    if not groups:
+        return
+    candidates = top_groups(groups, spec, settings.top_k)
+    baseline = _baseline_group(study, groups)
+    if baseline is not None and all(g.config_key != baseline.config_key for g in candidates):
+        candidates.append(baseline)
+    done = {g.config_key: _confirm_count(study, g.config_key) for g in candidates}
+    runs = sum(max(0, settings.repeats - done[g.config_key]) for g in candidates)
+    if runs == 0:
+        study.set_user_attr("autotune_confirmation", confirmation_record(study, spec))
+        return
+    observer.confirming(runs)
+    walls = wall_times(study)
+    expected = statistics.median(walls) if walls else 0.0
+    for repeat in range(settings.repeats):
+        for group in candidates:
+            if done[group.config_key] > repeat:
+                continue
+            if deadline is not None and clock() + expected > deadline:
+                break
+            run(group)
+    study.set_user_attr("autotune_confirmation", confirmation_record(study, spec))
+
+
+def confirm_reserve_s(study: optuna.Study, spec: StudySpec, timeout_s: float | None) -> float:
+    """The time the confirmation runs are expected to take: the median finished trial's wall time per
+    run, at most half of ``timeout_s`` (0 before any trial finished)."""
+    settings = spec.confirm
+    if settings.top_k == 0 or timeout_s is None:
+        return 0.0
+    walls = wall_times(study)
+    if not walls:
+        return 0.0
+    runs = (settings.top_k + 1) * settings.repeats  # the top configurations and the baseline
+    return min(runs * statistics.median(walls), timeout_s / 2)
+
+
+def wall_times(study: optuna.Study) -> list[float]:
+    """Wall times of the finished baseline and search trials that ran (the cost of a trial here)."""
+    return [
+        float(t.user_attrs["wall_s"])
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+        if t.user_attrs.get("role") != ROLE_CONFIRM and t.user_attrs.get("wall_s")
+    ]
+
+
+def top_groups(groups: list[Group], spec: StudySpec, k: int) -> list[Group]:
+    """The best ``k`` configurations by median of the first objective (Pareto-optimal ones first when
+    there are several objectives)."""
+    direction = spec.objectives[0].direction or "maximize"
+    reverse = direction == "maximize"
+    ranked = sorted(groups, key=lambda g: g.median, reverse=reverse)
+    if len(spec.objectives) > 1:
+        points = [_group_point(g, spec) for g in ranked]
+        front = set(pareto_front(points, [o.direction or "maximize" for o in spec.objectives]))
+        ranked = [g for i, g in enumerate(ranked) if i in front] + [g for i, g in enumerate(ranked) if i not in front]
+    return ranked[:k]
+
+
+def _group_point(group: Group, spec: StudySpec) -> list[float]:
+    out = []
+    for o in spec.objectives:
+        if o.key == spec.objectives[0].key:
+            out.append(group.median)
+        elif o.key == "peak_memory_mb":
+            out.append(group.peak_memory_mb if group.peak_memory_mb is not None else math.inf)
+        elif o.key == "loss":
+            out.append(group.loss if group.loss is not None else math.inf)
+        else:
+            out.append(math.nan)
+    return out
+
+
+def _baseline_group(study: optuna.Study, groups: list[Group]) -> Group | None:
+    keys = {
+        t.user_attrs.get("config_key")
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("role") == ROLE_BASELINE
+    }
+    return next((g for g in groups if g.config_key in keys), None)
+
+
+def _confirm_count(study: optuna.Study, key: str) -> int:
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=FINISHED)
+        if t.user_attrs.get("role") == ROLE_CONFIRM
+        and t.user_attrs.get("config_key") == key
+        and t.user_attrs.get("outcome") != INTERRUPTED
+    )
+
+
+def confirmation_record(study: optuna.Study, spec: StudySpec) -> dict[str, Any]:
+    """The ``autotune_confirmation`` study attribute: the choice as confirmed (:func:`chosen`)."""
+    choice = chosen(study, spec)
+    best = choice.best
+    return {
+        "best_trial": best.trials[0] if best else None,
+        "best_config_key": best.config_key if best else None,
+        "groups": [g.to_json() for g in choice.candidates],
+        "baseline": choice.baseline.to_json() if choice.baseline else None,
+        "speedup": choice.speedup,
+        "default_is_best": choice.default_is_best,
+        "metric": spec.objectives[0].key,
+    }

@@ -1,0 +1,141 @@
+"""Recovery and heartbeats: trials whose tuner died are failed and queued again; a running trial beats.
+
+A tuner on this host that no longer exists is seen at once (its pid); tuners elsewhere are found by
+their heartbeat going stale (Optuna's RDB heartbeat, ``GRACE_PERIOD_S``). Ctrl-C and SIGTERM become
+:class:`Interrupted`, so the running trial is recorded before the run stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import signal
+import socket
+import warnings
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.tuner._roles import INTERRUPTED
+from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: the running trial was stopped and recorded; ``exit_code`` is 130 or 143."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
+def worker_identity() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": psutil.Process().create_time()}
+
+
+def _alive(worker: dict[str, Any]) -> bool:
+    try:
+        proc = psutil.Process(int(worker["pid"]))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return "start" not in worker or abs(proc.create_time() - float(worker["start"])) < 1.0
+    except (psutil.Error, KeyError, ValueError, TypeError):
+        return False
+
+
+def _orphaned(trial: FrozenTrial) -> bool:
+    """A running trial no tuner has recorded itself on, for longer than the heartbeat grace period."""
+    if trial.datetime_start is None:
+        return False
+    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > GRACE_PERIOD_S
+
+
+def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
+    """Fail trials left RUNNING by a dead tuner and queue them again. Returns their numbers.
+
+    ``identity`` is this tuner's (:func:`worker_identity`): a trial recorded by a tuner on this host is
+    failed when that process is gone, one recorded elsewhere only by its stale heartbeat.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental API notice
+        optuna.storages.fail_stale_trials(study)
+    storage = study._storage
+    recovered = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = trial.user_attrs.get("worker")
+        if isinstance(worker, dict):
+            if worker.get("host") != identity["host"] or _alive(worker):
+                continue
+            reason = f"its tuner (pid {worker.get('pid')}) died; retried"
+        elif _orphaned(trial):
+            # Its tuner died between asking for it and recording itself on it (milliseconds): no one can
+            # ever finish it, and as a running trial it would hold a place in the budget for good.
+            reason = "its tuner died before the trial started"
+        else:
+            continue
+        try:
+            storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
+            storage.set_trial_user_attr(trial._trial_id, "reason", reason)
+            if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        recovered.append(trial.number)
+        if "config" in trial.user_attrs:  # else it had not started: the budget gets a new trial instead
+            retry(study, trial)
+    return recovered
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue ``trial``'s configuration again, in its role, marked as a retry of it."""
+    attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "config", "confirms")}
+    attrs["retry_of"] = trial.number
+    study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    with warnings.catch_warnings():
+        # Optuna notes that heartbeats are meant for Study.optimize; this loop records them itself.
+        warnings.simplefilter("ignore", UserWarning)
+        return study.ask()
+
+
+class Heartbeat:
+    """Records the running trial's heartbeat in the storage every HEARTBEAT_INTERVAL_S."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, clock: Callable[[], float]) -> None:
+        self.storage = study._storage
+        self.trial_id = trial._trial_id
+        self.clock = clock
+        self.last = -math.inf
+
+    def __call__(self) -> None:
+        now = self.clock()
+        if now - self.last >= HEARTBEAT_INTERVAL_S and hasattr(self.storage, "record_heartbeat"):
+            self.last = now
+            with contextlib.suppress(Exception):
+                self.storage.record_heartbeat(self.trial_id)
+
+
+@contextlib.contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM raises Interrupted(143) in the main thread (SIGINT already raises KeyboardInterrupt)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(143)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,81 @@
+"""Reading a study's results back: its measured configurations, its one choice and the summary of it.
+
+The choice is :func:`autotune.objectives.choose`'s, the one module that picks the winner: the summary
+here, the confirmation record, ``calibrate()``, ``best`` and the report all read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import optuna
+
+from autotune.objectives import Choice, Group, choose
+from autotune.objectives import measured_groups as _measured_groups
+from autotune.search_space import TrialConfig
+from autotune.spec import StudySpec
+from autotune.tuner._roles import FINISHED
+
+
+@dataclass
+class TuneSummary:
+    """The state of a study: the chosen configuration (:func:`autotune.objectives.choose`), how it was
+    measured, and the trial counts. ``default_is_best``: the baseline (the default configuration) is the
+    choice, because nothing beat it by more than the measured spread."""
+
+    study: optuna.Study
+    best_config: TrialConfig | None
+    best_trial: int | None
+    best: Group | None
+    baseline: Group | None
+    speedup: float | None
+    confirmed: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    pareto_trials: list[int] = field(default_factory=list)
+    default_is_best: bool = False
+
+    @property
+    def metric(self) -> str:
+        return "throughput_samples_s"
+
+
+def measured_groups(study: optuna.Study, spec: StudySpec) -> list[Group]:
+    """Feasible complete measurements grouped by configuration (search, baseline and confirm trials)."""
+    return _measured_groups(study, spec.objectives[0].key)
+
+
+def chosen(study: optuna.Study, spec: StudySpec) -> Choice:
+    """The study's choice (:func:`autotune.objectives.choose`) by the study file's first objective."""
+    first = spec.objectives[0]
+    return choose(study, first.key, first.direction or "maximize")
+
+
+def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
+    """What the study has found so far: its one choice (confirmed once confirmation runs measured it)."""
+    trials = study.get_trials(deepcopy=False)
+    counts: dict[str, int] = {}
+    for t in trials:
+        if t.state in FINISHED:
+            outcome = str(t.user_attrs.get("outcome", t.state.name.lower()))
+            counts[outcome] = counts.get(outcome, 0) + 1
+        else:
+            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    choice = chosen(study, spec)
+    best = choice.best
+    pareto: list[int] = []
+    if len(spec.objectives) > 1:
+        with contextlib.suppress(Exception):
+            pareto = [t.number for t in study.best_trials]
+    return TuneSummary(
+        study=study,
+        best_config=TrialConfig.model_validate(best.config) if best else None,
+        best_trial=best.trials[0] if best else None,
+        best=best,
+        baseline=choice.baseline,
+        speedup=choice.speedup,
+        confirmed=choice.confirmed,
+        counts=counts,
+        pareto_trials=pareto,
+        default_is_best=choice.default_is_best,
+    )

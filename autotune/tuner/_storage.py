@@ -1,0 +1,149 @@
+"""The study's storage: an RDB storage with heartbeats, and a lock every autotune process on it shares."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+
+from autotune.errors import AutotuneError, first_line
+from autotune.spec import redact_url
+
+HEARTBEAT_INTERVAL_S = 5
+GRACE_PERIOD_S = 30
+LOCK_TIMEOUT_S = 120.0
+SCHEMA_LOCK = "autotune-schema"  # creating tables and studies: one process at a time per database
+
+
+def make_storage(url: str) -> BaseStorage:
+    """An RDB storage with heartbeats, so a trial whose tuner died is failed and retried by the next one."""
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        # Several tuners on one machine share the file: wait for the lock instead of failing at once.
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    else:
+        engine_kwargs["pool_pre_ping"] = True
+    try:
+        with quiet():
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
+            )
+    except Exception as e:
+        raise AutotuneError(f"cannot open storage {redact_url(url)}: {first_line(e)}") from None
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Hide Optuna's notices about experimental features autotune deliberately uses (heartbeats, group)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+@contextlib.contextmanager
+def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
+    """A mutex shared by every autotune process on the database ``url``, one per ``name``.
+
+    PostgreSQL: a session advisory lock (``pg_try_advisory_lock``); MySQL: ``GET_LOCK``; SQLite (one
+    machine): ``flock`` on a file under the temp folder. The database or the kernel drops the lock when
+    its holder dies. Yields True once held; with ``wait=False`` it yields False at once when another
+    process holds it. Waiting longer than ``timeout_s`` is an AutotuneError.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    key = hashlib.sha256(f"autotune:{name}".encode()).digest()
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            yield True  # one process only
+            return
+        folder = Path(tempfile.gettempdir()) / "autotune-locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / (hashlib.sha256(os.path.abspath(parsed.database).encode() + key).hexdigest()[:32] + ".lock")
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            held = _poll(lambda: _flock(fd), url, name, wait, timeout_s)
+            yield held
+        finally:
+            os.close(fd)
+        return
+    if backend not in ("postgresql", "mysql"):
+        yield True
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    if backend == "postgresql":
+        number = int.from_bytes(key[:8], "big", signed=True)
+        take = text("SELECT pg_try_advisory_lock(:k)").bindparams(k=number)
+        give = text("SELECT pg_advisory_unlock(:k)").bindparams(k=number)
+    else:
+        label = "autotune:" + key.hex()[:40]
+        take = text("SELECT GET_LOCK(:k, 0)").bindparams(k=label)
+        give = text("SELECT RELEASE_LOCK(:k)").bindparams(k=label)
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        try:
+            conn = engine.connect()
+        except Exception as e:
+            raise AutotuneError(f"cannot open storage {redact_url(url)}: {first_line(e)}") from None
+        with conn:
+            held = _poll(lambda: bool(conn.execute(take).scalar()), url, name, wait, timeout_s)
+            conn.commit()
+            try:
+                yield held
+            finally:
+                if held:
+                    with contextlib.suppress(Exception):
+                        conn.execute(give)
+                        conn.commit()
+    finally:
+        engine.dispose()
+
+
+def _flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _poll(take: Callable[[], bool], url: str, name: str, wait: bool, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not take():
+        if not wait:
+            return False
+        if time.monotonic() > deadline:
+            raise AutotuneError(
+                f"another autotune process has held the lock {name!r} on {redact_url(url)} for over "
+                f"{timeout_s:g} s; is one stuck?"
+            )
+        time.sleep(0.05)
+    return True
+
+
+def missing_sqlite_file(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    with contextlib.suppress(Exception):
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+            return not os.path.exists(parsed.database)
+    return False

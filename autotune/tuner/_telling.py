@@ -1,0 +1,167 @@
+"""Telling and scoring: a trial's result stored on it and told to Optuna, and the pruning hooks.
+
+The stored attributes are docs/storage.md's. A single-objective study reports every window to Optuna's
+pruner; a multi-objective one asks autotune's own rule (:class:`autotune.objectives.DominancePruner`)
+whether the running trial can still reach the front of the finished ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.objectives import (
+    DominancePruner,
+    constraint_values,
+    is_reference,
+    objective_values,
+    running_value,
+    time_to_loss_attrs,
+    window_extras,
+)
+from autotune.spec import StudySpec
+from autotune.trial_result import Outcome, TrialResult, Window
+from autotune.tuner._recovery import retry
+from autotune.tuner._roles import INTERRUPTED
+
+Attach = Callable[[optuna.Study, int, str], None]  # (study, trial number, trial folder): files as artifacts
+
+
+def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: TrialResult, attach: Attach) -> None:
+    """Store the result on the trial (docs/storage.md) and finish it with the right state."""
+    attrs: dict[str, Any] = {
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "throughput_samples_s": _clean(result.throughput_samples_s),
+        "peak_memory_mb": _clean(result.peak_memory_mb),
+        "host_memory_mb": _clean(result.host_memory_mb),
+        "loss": _clean(result.loss),
+        "eval_loss": _clean(result.eval_loss),
+        "time_to_first_step_s": _clean(result.time_to_first_step_s),
+        "wall_s": round(result.wall_s, 3),
+        "training_s": round(result.training_s, 4),
+        "compile_s": _clean(result.compile_s),
+        "threads_per_rank": result.threads_per_rank,
+        "hosts": result.hosts,
+        "steps": result.steps,
+        "samples": result.samples,
+        "windows": [
+            [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
+            for w, extra in zip(result.windows, window_extras(result.windows, spec), strict=True)
+        ],
+        "trial_dir": result.trial_dir,
+        "error_lines": result.error_lines[-15:],
+    }
+    attrs.update(time_to_loss_attrs(result, spec))
+    for name, value in attrs.items():
+        trial.set_user_attr(name, value)
+    attach(study, trial.number, result.trial_dir)
+    outcome = result.outcome
+    if outcome is Outcome.PRUNED:
+        # Its constraints as measured so far: a sampler that models pruned trials (gp) needs the same
+        # constraints on every trial it fits.
+        for name, value in constraint_values(result, spec.constraints.max_memory_mb).items():
+            trial.set_constraint(name, value)
+        study.tell(trial, state=TrialState.PRUNED)
+        return
+    if outcome in (Outcome.COMPLETE, Outcome.OOM, Outcome.DIVERGED):
+        values = objective_values(result, spec.objectives)
+        if values is None and outcome is not Outcome.COMPLETE:
+            values = [_worst_value(study, o) for o in spec.objectives]
+        if values is not None:
+            for name, value in constraint_values(result, spec.constraints.max_memory_mb).items():
+                trial.set_constraint(name, value)
+            study.tell(trial, values)
+            return
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def _worst_value(study: optuna.Study, objective: Any) -> float:
+    """A value for an infeasible trial that measured nothing: no better than anything measured."""
+    if objective.direction == "maximize":
+        return 0.0
+    seen = [
+        v for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if (v := t.user_attrs.get(objective.key)) is not None
+    ]
+    return float(max(seen) * 2 if seen else 1e9)
+
+
+def tell_interrupted(
+    study: optuna.Study, trial: optuna.Trial, reason: str = "stopped by Ctrl-C or SIGTERM; it is retried on resume",
+) -> None:
+    """Fail a trial this tuner stopped (not the configuration's fault) and queue it again."""
+    with contextlib.suppress(Exception):
+        trial.set_user_attr("outcome", INTERRUPTED)
+        trial.set_user_attr("reason", reason)
+        study.tell(trial, state=TrialState.FAIL)
+        retry(study, study.get_trials(deepcopy=False)[trial.number])
+
+
+def pruning_hook(
+    spec: StudySpec, study: optuna.Study, trial: optuna.Trial, *, prune: bool
+) -> Callable[[Window], bool] | None:
+    """The monitor's window callback. Every trial of a single-objective study reports its windows (the
+    baseline's are the first comparison of the ``best`` pruner); only search trials (``prune``) are ever
+    pruned."""
+    objectives = spec.objectives
+    if len(objectives) == 1:
+        objective = objectives[0]
+        prune = prune and spec.pruner.name != "none"
+        value_of = running_value(objective)  # time_to_loss: the estimate from the windows so far
+
+        def single(window: Window) -> bool:
+            trial.report(value_of(window), report_step(spec, window))
+            return prune and bool(trial.should_prune())
+
+        return single
+    if spec.pruner.name == "none" or not prune:
+        return None
+    startup = spec.pruner.n_startup_trials
+    rule = DominancePruner(
+        [o.direction or "maximize" for o in objectives], n_startup_trials=3 if startup is None else startup
+    )
+    samples = spec.trial.samples is not None  # compare at equal samples seen: step x global batch
+
+    def at(t: FrozenTrial, step: Any) -> int:
+        return int(step) * int(t.user_attrs.get("config", {}).get("global_batch", 1)) if samples else int(step)
+
+    finished = [
+        [(at(t, w[0]), values) for w in t.user_attrs.get("windows", []) if (values := window_values(w, spec))]
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if is_reference(t)
+    ]
+
+    values_of = [running_value(o) for o in objectives]
+
+    def multi(window: Window) -> bool:
+        values = [value_of(window) for value_of in values_of]
+        return rule.should_prune(report_step(spec, window), values, finished)
+
+    return multi
+
+
+def report_step(spec: StudySpec, window: Window) -> int:
+    """The step a window's value is reported at: its optimizer step, or with ``trial.samples`` set the
+    samples seen, so trials of different global batches compare at equal samples."""
+    return window.samples if spec.trial.samples is not None else window.step
+
+
+def _clean(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def window_values(window: Sequence[Any], spec: StudySpec) -> list[float] | None:
+    """A stored window's objective values, or None when one was not measured (it then cannot compare)."""
+    index = {"throughput_samples_s": 1, "peak_memory_mb": 2, "loss": 3, "time_to_loss_s": 4}
+    if any(o.key not in index or index[o.key] >= len(window) for o in spec.objectives):
+        return None  # not stored per window (eval_loss; time_to_loss of an older trial): not compared
+    values = [window[index[o.key]] for o in spec.objectives]
+    return None if any(v is None for v in values) else [float(v) for v in values]
