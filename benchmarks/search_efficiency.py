@@ -3,7 +3,7 @@
 Replays studies against a recorded landscape (landscape.py: every configuration of a grid measured once).
 The autotune strategies run the real tuner (``autotune.tuner.Tuner`` on a study file, its own SQLite
 storage, sampler, pruner, baseline and choice) with one seam: a trial's result comes from the landscape
-instead of a launch (``autotune._replay.recorded_runner``): its recorded windows go to the tuner's window
+instead of a launch (``autotune.tuner.recorded_runner``): its recorded windows go to the tuner's window
 callback (report, prune) as the monitor hands them over; its cost is its recorded wall time, or for a
 pruned trial the seconds from launch to the window it was pruned at plus the trial's own teardown (its
 wall time after its last window). The comparison strategies (random, grid, Optuna's TPE) are plain
