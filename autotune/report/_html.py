@@ -12,7 +12,9 @@ from typing import Any
 import optuna
 
 from autotune.knobs import KNOBS
-from autotune.report._data import Headline, Measured, ReportData, TrialsTable, report_data
+from autotune.report._data import ReportData, report_data
+from autotune.report._headline import Headline, Measured
+from autotune.report._table import TrialsTable
 from autotune.spec import StudySpec
 
 __all__ = ["default_report_path", "fmt", "render_html", "write_report"]
@@ -179,7 +181,7 @@ def render_html(data: ReportData, storage: str = "", png_dir: Path | None = None
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
-    from autotune.report._figures import build_sections, write_pngs
+    from autotune.report._sections import build_sections, write_pngs
 
     sections = build_sections(data)
     if png_dir is not None:

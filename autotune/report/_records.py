@@ -186,3 +186,17 @@ def searched_knobs(records: Sequence[TrialRecord]) -> list[str]:
     """The knobs any trial sampled (its Optuna params), in the knob table's order."""
     seen = {name for r in records for name in r.params}
     return [name for name in KNOBS if name in seen] + sorted(seen - set(KNOBS))
+
+
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def value_label(value: Any) -> str:
+    """How a knob's value is labelled: ``true``/``false`` for booleans, else ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

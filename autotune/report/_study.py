@@ -21,10 +21,10 @@ def redacted_storage(url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from autotune.spec import _redact
+    from autotune.spec import redact_url
 
     try:
-        return _redact(make_url(url).render_as_string(hide_password=True))  # _redact: ?password= too
+        return redact_url(make_url(url).render_as_string(hide_password=True))  # redact_url: ?password= too
     except (ArgumentError, ValueError):
         return "<storage>"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.report._data import importance_data, parallel_data, trials_table_data
+from autotune.report import importance_data, parallel_data, trials_table_data
 from autotune.report._records import trial_records
 
 

@@ -205,7 +205,7 @@ def test_compile_payback_counts_the_steps_that_win_the_compile_time_back() -> No
 def test_report_table_shows_searched_env_threads_and_compile_columns() -> None:
     from optuna.distributions import CategoricalDistribution
 
-    from autotune.report._data import trials_table_data
+    from autotune.report import trials_table_data
 
     study = optuna.create_study(direction="maximize")
     dists = {"compile": CategoricalDistribution(["off", "default"]),

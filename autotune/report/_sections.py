@@ -1,0 +1,113 @@
+"""The report's sections: each view's figure with its title and caption, in order, and their PNG export.
+
+plotly is imported where a figure is drawn (``_figures.py``) or written (``write_pngs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from autotune.report._data import ReportData
+from autotune.report._figures import (
+    HEIGHT,
+    batch_figure,
+    feasibility_figure,
+    history_figure,
+    importance_figure,
+    intermediate_figure,
+    parallel_figure,
+    pareto_figure,
+    timeline_figure,
+)
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+__all__ = ["Section", "build_sections", "write_pngs"]
+
+
+class Section(NamedTuple):
+    """One view of the report: a figure (None when there is nothing to draw) and a note to show with it."""
+
+    key: str
+    title: str
+    caption: str
+    figure: go.Figure | None
+    note: str | None = None
+
+
+def build_sections(data: ReportData) -> list[Section]:
+    """Every view of the report, in order."""
+    sections = []
+    if data.history is not None:
+        sections.append(Section("history", "Optimization history",
+                                "Objective value of every complete and pruned trial; the line is the best "
+                                "feasible value so far.", history_figure(data.history)))
+    if data.pareto is not None:
+        sections.append(Section("pareto", "Pareto front",
+                                "Complete trials in objective space; filled markers are the feasible "
+                                "non-dominated trials.", pareto_figure(data.pareto)))
+    sections += [
+        Section("throughput", "Throughput against batch size",
+                "Measured throughput of every trial (pruned and infeasible ones with their partial numbers), "
+                "coloured by AMP mode and world size; open circles were pruned, crosses are infeasible.",
+                batch_figure(data.throughput)),
+        Section("memory", "Peak memory against batch size",
+                "Peak memory per rank; the dashed line is the memory budget (constraints.max_memory_mb).",
+                batch_figure(data.memory),
+                None if data.memory.budget is not None else "no memory budget is set in the study file"),
+        Section("importance", "Parameter importances",
+                "How much each searched knob explains of each objective (optuna.importance).",
+                importance_figure(data.importance), data.importance.note),
+        Section("parallel", "Parallel coordinates",
+                "One line per trial across the searched knobs and the measured objectives; dotted lines did "
+                "not complete.", parallel_figure(data.parallel),
+                None if data.parallel.lines else "no trial measured anything yet"),
+        Section("intermediate", "Intermediate values",
+                f"What the pruner saw ({data.intermediate.source}) per trial: a curve that stops early was "
+                "pruned or failed there.", intermediate_figure(data.intermediate),
+                None if data.intermediate.curves else "no trial reported an intermediate value"),
+        Section("timeline", "Timeline",
+                "When each trial ran, coloured by outcome; hover for the reason it ended.",
+                timeline_figure(data.timeline), None if data.timeline else "no trial has started"),
+        Section("feasibility", "Feasibility",
+                "The constraints of every complete trial (optuna-dashboard does not show them); a bar above 0 "
+                "violates its constraint and makes the trial infeasible.", feasibility_figure(data.feasibility),
+                None if data.feasibility.rows else "no complete trial yet"),
+    ]
+    return sections
+
+
+def write_pngs(sections: Sequence[Section], folder: Path) -> list[Path]:
+    """Export every figure as ``<folder>/<key>.png`` through kaleido (which drives a Chromium)."""
+    import os
+    import shutil
+
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        from autotune.errors import UsageError
+
+        raise UsageError("--png needs kaleido; install it with: pip install 'autotune[report]'") from None
+    if "BROWSER_PATH" not in os.environ:
+        for name in ("chromium", "chromium-browser", "google-chrome"):
+            found = shutil.which(name)
+            if found:
+                os.environ["BROWSER_PATH"] = found
+                break
+    import plotly.io as pio
+
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn = [(s.key, s.figure) for s in sections if s.figure is not None]
+    paths = [folder / f"{key}.png" for key, _ in drawn]
+    figures = [figure for _, figure in drawn]
+    heights = [int(f.layout.height or HEIGHT) for f in figures]
+    if hasattr(pio, "write_images"):  # plotly >= 6.1: one browser for every figure
+        pio.write_images(figures, [str(p) for p in paths], width=[1200] * len(figures), height=heights)
+    else:
+        for figure, p, height in zip(figures, paths, heights, strict=True):
+            pio.write_image(figure, str(p), width=1200, height=height)
+    return paths
+
