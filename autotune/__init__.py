@@ -4,9 +4,10 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError, LaunchError, StudyFileError, UsageError, WorkloadError
 from autotune.search_space import TrialConfig
-from autotune.spec import StudySpec, load_spec
+from autotune.spec import StudySpec
 from autotune.version import __version__ as __version__
 from autotune.workload import Workload
+from autotune.workload_check import load_spec
 
 if TYPE_CHECKING:
     from autotune.calibration import Calibration, calibrate, load_calibration

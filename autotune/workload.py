@@ -7,14 +7,19 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import WorkloadError
+from autotune.spec import BASE_LR, baseline_values, split_hyperparameters
 
-__all__ = ["Workload", "default_optimizer", "load_workload"]
+if TYPE_CHECKING:
+    from autotune.spec import StudySpec
+
+__all__ = ["Workload", "default_optimizer", "load_workload", "study_workload"]
 
 
 def default_optimizer(
@@ -213,11 +218,30 @@ def load_workload(
     return result
 
 
+# One build per spec: id(spec) -> (a weak reference to the spec, its Workload); the entry goes with the spec.
+_BUILT: dict[int, tuple[weakref.ref[StudySpec], Workload]] = {}
+
+
+def study_workload(spec: StudySpec) -> Workload:
+    """The study's :class:`Workload`: its entrypoint imported and called once per spec, then cached.
+
+    With ``hyperparameters:`` build() is called with the baseline's values (its own defaults)."""
+    built = _BUILT.get(id(spec))
+    if built is not None and built[0]() is spec:
+        return built[1]
+    hyperparameters = None
+    if spec.hyperparameters:
+        build = workload_function(spec.workload.entrypoint, spec.base_dir)
+        hyperparameters = baseline_values(spec.hyperparameters, keyword_defaults(build))
+    workload = load_workload(spec.workload.entrypoint, spec.workload.args, spec.base_dir, hyperparameters)
+    key = id(spec)
+    _BUILT[key] = (weakref.ref(spec, lambda _ref: _BUILT.pop(key, None)), workload)
+    return workload
+
+
 def build_arguments(func: Callable[..., Any], hyperparameters: Mapping[str, Any]) -> dict[str, Any]:
     """The hyperparameters that are keyword arguments of the workload's ``func``: all but
     ``optimizer.<kwarg>``, and ``base_lr`` only when ``func`` takes it (else it sets Workload.base_lr)."""
-    from autotune.spec import BASE_LR, split_hyperparameters
-
     build, base_lr, _ = split_hyperparameters(hyperparameters)
     accepted, _var_keyword = keyword_parameters(func)
     if base_lr is not None and BASE_LR in accepted:

@@ -299,7 +299,8 @@ def study_document(
 def make_spec(document: Mapping[str, Any], base_dir: Path = RUNS) -> Any:
     """Validate a study document into a StudySpec whose relative paths (runs/, the database) live in
     ``base_dir``."""
-    from autotune.spec import check_workload_fits, parse_spec
+    from autotune.spec import parse_spec
+    from autotune.workload_check import check_workload_fits
 
     base_dir.mkdir(parents=True, exist_ok=True)
     spec = parse_spec(dict(document), source=f"<benchmark {document['name']}>", base_dir=base_dir)

@@ -100,6 +100,7 @@ def calibrate_workload(name: str, workload: WorkloadRef, space: dict[str, Any], 
     """A fresh study for ``workload``; returns (Calibration, seconds it took, the default configuration as
     the study's baseline trial ran it)."""
     import autotune
+    from autotune.search_space import study_space
 
     document = study_document(
         f"gain-{name}", workload, space, SEARCH_TRIAL_QUICK if quick else SEARCH_TRIAL,
@@ -110,7 +111,7 @@ def calibrate_workload(name: str, workload: WorkloadRef, space: dict[str, Any], 
     started = time.monotonic()
     calibration = autotune.calibrate(path)
     elapsed = time.monotonic() - started
-    return calibration, elapsed, make_spec(document).space().default_config()
+    return calibration, elapsed, study_space(make_spec(document)).default_config()
 
 
 def measure(name: str, workload: WorkloadRef, arms: dict[str, Any], repeats: int, limits: dict[str, Any]

@@ -82,8 +82,10 @@ def trial_record(knobs: dict[str, Any], config: Any, result: Any, order: int) ->
 
 def study_space(grid: dict[str, list[Any]], limits: dict[str, Any]) -> Any:
     """The SearchSpace of the grid, built the way the tuner builds it (so configuration keys match)."""
+    from autotune.search_space import study_space as space_of_spec
+
     document = study_document("landscape", MLP, space_of_grid(grid), limits)
-    return make_spec(document).space()
+    return space_of_spec(make_spec(document))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -122,7 +122,8 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|Tr
 def read_setup(study: Path, quick: bool, n_trials: int | None, max_steps: int | None) -> dict[str, Any]:
     """What every tool gets, from the study file: workload, knob space, trial length, budget, the default
     configuration. Plain JSON, handed to the tools' processes."""
-    from autotune.spec import load_spec
+    from autotune.search_space import study_space
+    from autotune.workload_check import load_spec
 
     document = yaml.load(study.read_text(), Loader=_Loader)
     trial = document.get("trial", {})
@@ -131,7 +132,7 @@ def read_setup(study: Path, quick: bool, n_trials: int | None, max_steps: int | 
     report_every = trial.get("report_every")
     window = int(report_every) if report_every else max(1, (steps - warmup) // 8)
     space = dict(document["search_space"])
-    default_config = load_spec(study).space().default_config()
+    default_config = study_space(load_spec(study)).default_config()
     default = {name: getattr(default_config, name) for name in space}
     return {
         "study": str(study),

@@ -165,10 +165,9 @@ def tuner_replay(strategy: str, seed: int, landscape: Landscape, max_trials: int
     """One autotune strategy: the real Tuner, trials replayed from the landscape (no confirmation runs)."""
     import tempfile
 
-    from autotune.tuner import NoLaunch, recorded_runner
     from autotune.objectives import config_key
     from autotune.search_space import TrialConfig
-    from autotune.tuner import Tuner
+    from autotune.tuner import NoLaunch, Tuner, recorded_runner
 
     pruner = {"name": "none"} if strategy == "autotune-no-pruning" else None
     sampler: dict[str, Any] = {"seed": seed}
@@ -203,13 +202,14 @@ def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budg
     import optuna
 
     from autotune.objectives import config_key
+    from autotune.search_space import study_space
     from autotune.tuner import grid_points
 
     if strategy.startswith("autotune"):
         return tuner_replay(strategy, seed, landscape, max_trials, budget)
     document = landscape.document(f"replay-{strategy}-{seed}", {"seed": seed}, budget)
     spec = make_spec(document)
-    space = spec.space()
+    space = study_space(spec)
     sampler: optuna.samplers.BaseSampler
     pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
     if strategy == "random":
@@ -382,8 +382,8 @@ def report_replays(landscape: Landscape, replays: dict[str, list[Replay]], budge
 # ------------------------------------------------------------------------------------------------ live
 def live_study(landscape: Landscape, budget: int, quick: bool) -> dict[str, Any]:
     from autotune.objectives import config_key
-    from autotune.spec import load_spec
     from autotune.tuner import Tuner
+    from autotune.workload_check import load_spec
 
     confirm = {"top_k": 1, "repeats": 1} if quick else {"top_k": 2, "repeats": 1}
     document = landscape.document("search-live", {"seed": 0}, budget, confirm=confirm)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import autotune
+from autotune.workload import study_workload
 
 STUDY = Path(__file__).with_name("quickstart.yaml")
 
@@ -43,7 +44,7 @@ def train(steps: int) -> None:
     dist.init_process_group("gloo")
     torch.set_num_threads(calibration.torch_threads())
     spec = autotune.load_spec(STUDY)
-    workload = spec.load_workload()  # the same MLP the study calibrated
+    workload = study_workload(spec)  # the same MLP the study calibrated
     dataset = workload.dataset()
     sampler = DistributedSampler(dataset, drop_last=True)
     loader = DataLoader(dataset, sampler=sampler, **calibration.dataloader_kwargs())

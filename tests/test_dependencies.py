@@ -146,13 +146,14 @@ CHECK = textwrap.dedent(
         importlib.import_module(info.name)
 
     import optuna
+    from autotune.search_space import study_space
     from autotune.spec import parse_spec
     from autotune.tuner import make_pruner, make_sampler
 
     spec = parse_spec({"name": "deps", "workload": {"entrypoint": "autotune.workloads.mlp:build"},
                        "search_space": {"batch_size": {"low": 16, "high": 256, "log": True},
                                         "num_workers": {"low": 0, "high": 2}}})
-    space = spec.space()
+    space = study_space(spec)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=make_sampler(spec, space), pruner=make_pruner(spec))
     for _ in range(12):

@@ -10,10 +10,11 @@ import pytest
 from optuna.samplers import GPSampler
 from optuna.trial import TrialState
 
-from autotune.tuner._gp import PartialGPSampler, _WithPartial
 from autotune.objectives import NoiseAwarePruner
+from autotune.search_space import study_space
 from autotune.spec import parse_spec
 from autotune.tuner import make_pruner, make_sampler
+from autotune.tuner._gp import PartialGPSampler, _WithPartial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -31,7 +32,7 @@ def _spec(tmp_path: Path, **extra: object) -> object:
 
 def test_defaults_are_gp_search_and_the_best_pruner(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    sampler = make_sampler(spec, spec.space())
+    sampler = make_sampler(spec, study_space(spec))
     assert isinstance(sampler, PartialGPSampler)
     pruner = make_pruner(spec)
     assert isinstance(pruner, NoiseAwarePruner)
@@ -50,7 +51,7 @@ def test_multi_objective_gp_is_optunas_own(tmp_path: Path) -> None:
         {"metric": "peak_memory_mb", "direction": "minimize"},
     ]
     spec = _spec(tmp_path, objectives=objectives)
-    sampler = make_sampler(spec, spec.space())
+    sampler = make_sampler(spec, study_space(spec))
     assert isinstance(sampler, GPSampler) and not isinstance(sampler, PartialGPSampler)
 
 

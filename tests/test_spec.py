@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.errors import StudyFileError
-from autotune.spec import load_spec
+from autotune.workload_check import load_spec
 
 # Workload files written beside every study. They need no torch: validation only checks the contract.
 WORKLOAD_PY = """\

@@ -15,8 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
-from autotune.spec import load_spec
-from autotune.workload_check import check_workload, native_bf16, study_warnings
+from autotune.workload_check import check_workload, load_spec, native_bf16, study_warnings
 
 GOOD = """\
 import torch
@@ -199,7 +198,7 @@ def test_lr_scaling_under_throughput_only_is_not_decided(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("native", [False, True])
 def test_bf16_on_a_cpu_without_native_bf16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
-    import autotune.workload_check as wc
+    import autotune.workload_check._warnings as wc
 
     monkeypatch.setattr(wc, "native_bf16", lambda: native)
     found = _warnings(tmp_path, "search_space: {amp: {choices: [off, bf16]}}\n")

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from autotune import Workload, WorkloadError, load_spec
 from autotune.cli import main
-from autotune.workload import default_optimizer, load_workload
+from autotune.search_space import study_space
+from autotune.workload import default_optimizer, load_workload, study_workload
 
 # A workload file that records every call of its function, and every import of itself, in side files.
 COUNTING = """\
@@ -87,7 +88,7 @@ def test_file_entrypoint_is_relative_to_the_study_file(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the working directory does not matter
     spec = load_spec(study)
-    assert spec.load_workload().model() == 7
+    assert study_workload(spec).model() == 7
     assert lines(study_dir / "nets" / "calls.log") == ["7 rel"]
 
 
@@ -127,9 +128,9 @@ def test_function_called_exactly_once_per_study(tmp_path: Path) -> None:
     study = write_study(tmp_path, "counting.py:build", "{hidden: 5}")
     spec = load_spec(study)  # validates: imports and calls the function now, so a typo fails early
     assert lines(tmp_path / "calls.log") == ["5 x"]
-    spec.load_workload()
-    spec.space()
-    spec.load_workload()
+    study_workload(spec)
+    study_space(spec)
+    study_workload(spec)
     assert lines(tmp_path / "calls.log") == ["5 x"]  # cached on the spec: never called again
     assert lines(tmp_path / "imports.log") == ["import"]
 
@@ -146,7 +147,7 @@ def test_without_check_workload_nothing_is_imported(tmp_path: Path) -> None:
     (tmp_path / "counting.py").write_text(COUNTING)
     spec = load_spec(write_study(tmp_path, "counting.py:build"), check_workload=False)
     assert lines(tmp_path / "imports.log") == []
-    spec.load_workload()
+    study_workload(spec)
     assert lines(tmp_path / "calls.log") == ["8 x"]
 
 

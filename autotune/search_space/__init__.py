@@ -2,6 +2,20 @@
 
 from autotune.knobs import KNOBS, KnobDef
 from autotune.search_space._config import TrialConfig, scaled_lr
-from autotune.search_space._space import SearchSpace
+from autotune.search_space._hyper import PARAM_PREFIX, HyperparameterSpace, param_name
+from autotune.search_space._space import ENV_PARAM_PREFIX, SearchSpace
+from autotune.search_space._study import hyperparameter_space, study_space
 
-__all__ = ["KNOBS", "KnobDef", "SearchSpace", "TrialConfig", "scaled_lr"]
+__all__ = [
+    "ENV_PARAM_PREFIX",
+    "KNOBS",
+    "PARAM_PREFIX",
+    "HyperparameterSpace",
+    "KnobDef",
+    "SearchSpace",
+    "TrialConfig",
+    "hyperparameter_space",
+    "param_name",
+    "scaled_lr",
+    "study_space",
+]

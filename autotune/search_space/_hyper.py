@@ -11,8 +11,7 @@ text and decoded when suggested.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,9 @@ from autotune.spec import (
     FloatRange,
     HyperparameterSpec,
     IntRange,
+    baseline_values,
+    only_value,
+    single_value,
 )
 
 if TYPE_CHECKING:
@@ -80,22 +82,7 @@ class HyperparameterSpace:
         known.update(build_defaults or {})
         if base_lr is not None:
             known[BASE_LR] = base_lr
-        defaults = {}
-        for name, spec in specs.items():
-            if single_value(spec):
-                defaults[name] = only_value(spec)
-            elif name in known:
-                defaults[name] = known[name]
-            else:
-                defaults[name] = _middle(spec)
-        return cls(specs=dict(specs), defaults=defaults)
-
-    @classmethod
-    def for_build(cls, specs: Mapping[str, HyperparameterSpec], build: Callable[..., Any]) -> HyperparameterSpace:
-        """The space before the workload exists: only build()'s defaults are known (for calling it once)."""
-        from autotune.workload import keyword_defaults
-
-        return cls.build(specs, build_defaults=keyword_defaults(build))
+        return cls(specs=dict(specs), defaults=baseline_values(specs, known))
 
     # -- which are searched -------------------------------------------------------------------------------
     def searched(self) -> list[str]:
@@ -146,37 +133,6 @@ class HyperparameterSpace:
     def contains(self, values: Mapping[str, Any]) -> bool:
         """Whether every hyperparameter has a value inside its spec."""
         return set(values) == set(self.specs) and all(_admits(self.specs[n], v) for n, v in values.items())
-
-
-def single_value(spec: HyperparameterSpec) -> bool:
-    """Whether a spec (a knob's or a hyperparameter's: knob specs are a subset) admits one value only."""
-    if isinstance(spec, Fixed):
-        return True
-    if isinstance(spec, Choices):
-        return len(spec.choices) == 1
-    return spec.low == spec.high
-
-
-def only_value(spec: HyperparameterSpec) -> Any:
-    """The one value of a spec for which :func:`single_value` holds."""
-    if isinstance(spec, Fixed):
-        return spec.value
-    if isinstance(spec, Choices):
-        return spec.choices[0]
-    return spec.low
-
-
-def _middle(spec: HyperparameterSpec) -> Any:
-    if isinstance(spec, Choices):
-        return spec.choices[0]
-    if isinstance(spec, Fixed):
-        return spec.value
-    mid = math.sqrt(spec.low * spec.high) if spec.log else (spec.low + spec.high) / 2
-    if isinstance(spec, IntRange):
-        return int(min(spec.high, max(spec.low, spec.low + round((mid - spec.low) / spec.step) * spec.step)))
-    if spec.step:
-        mid = spec.low + round((mid - spec.low) / spec.step) * spec.step
-    return float(min(spec.high, max(spec.low, mid)))
 
 
 def _admits(spec: HyperparameterSpec, value: Any) -> bool:

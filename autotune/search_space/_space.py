@@ -9,8 +9,20 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import UsageError
 from autotune.knobs import DDP_ONLY, KNOBS
 from autotune.search_space._config import TrialConfig
-from autotune.search_space._hyper import HyperparameterSpace, only_value, single_value
-from autotune.spec import BASE_LR, Choices, Fixed, IntRange, KnobSpec, SearchSpaceSpec, parse_knob
+from autotune.search_space._hyper import HyperparameterSpace
+from autotune.spec import (
+    BASE_LR,
+    Choices,
+    Fixed,
+    IntRange,
+    KnobSpec,
+    SearchSpaceSpec,
+    only_value,
+    parse_knob,
+    read_yaml,
+    single_value,
+    unknown_knob_message,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -191,8 +203,6 @@ class SearchSpace:
 
     def parse_sets(self, sets: list[str]) -> dict[str, Any]:
         """Parse ``knob=value`` strings (``--set batch_size=64``) into checked knob values."""
-        from autotune.spec import _unknown_knob_message, read_yaml
-
         values: dict[str, Any] = {}
         for item in sets:
             key, sep, raw = item.partition("=")
@@ -207,7 +217,7 @@ class SearchSpace:
                 values.setdefault("env", self.fixed_env())[var] = raw
                 continue
             if key not in KNOBS:
-                raise UsageError(f"--set {key}: {_unknown_knob_message(key)}")
+                raise UsageError(f"--set {key}: {unknown_knob_message(key)}")
             try:
                 parsed = parse_knob(KNOBS[key], read_yaml(raw, f"--set {key}"))
             except ValueError as e:

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 import autotune
+from autotune.workload import study_workload
 
 HERE = Path(__file__).parent
 FAULTY = HERE.parent / "trial_runner" / "faulty.py"
@@ -63,7 +64,7 @@ def test_helpers_build_a_working_dataloader_and_ddp_model(
 ) -> None:
     calibration, study = calibrated
     cfg = calibration.config
-    workload = autotune.load_spec(study).load_workload()
+    workload = study_workload(autotune.load_spec(study))
     loader = DataLoader(workload.dataset(), **calibration.dataloader_kwargs())
     assert loader.batch_size == cfg.batch_size and loader.num_workers == cfg.num_workers
     x, y = next(iter(loader))

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
-from autotune.spec import load_spec
 from autotune.tuner import Tuner
+from autotune.workload_check import load_spec
 from tests.test_spec import WORKLOAD_PY, listing
 
 from .conftest import MARK_ENV, StudyDir, assert_nothing_left

@@ -17,9 +17,10 @@ from optuna.trial import TrialState
 
 from autotune.objectives import config_key
 from autotune.report import artifact_store_for
-from autotune.tuner import attach_trial_artifacts
 from autotune.search_space import TrialConfig
-from autotune.spec import StudySpec, load_spec
+from autotune.spec import StudySpec
+from autotune.tuner import attach_trial_artifacts
+from autotune.workload_check import load_spec
 
 WORKLOAD = '''\
 """A tiny workload: a linear model on random data."""

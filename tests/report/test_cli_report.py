@@ -12,7 +12,7 @@ from plotly.offline import get_plotlyjs
 
 from autotune.cli import main
 from autotune.report import default_report_path, write_report
-from autotune.spec import load_spec
+from autotune.workload_check import load_spec
 
 from .conftest import Built, needs_chromium
 from .studies import write_study_file

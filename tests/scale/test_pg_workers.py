@@ -85,10 +85,11 @@ def check_shared_budget(found: list[FrozenTrial], n_trials: int, workers: int) -
 RACE = """
 import sys, time
 from pathlib import Path
-from autotune.spec import load_spec
+from autotune.workload_check import load_spec
+from autotune.search_space import study_space
 from autotune.tuner import open_study
 spec = load_spec(sys.argv[1])
-space = spec.space()
+space = study_space(spec)
 start = float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)

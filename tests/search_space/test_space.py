@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from autotune.errors import UsageError
-from autotune.search_space import KNOBS, SearchSpace, TrialConfig, scaled_lr
+from autotune.search_space import KNOBS, SearchSpace, TrialConfig, scaled_lr, study_space
 from autotune.spec import Choices, Fixed, SearchSpaceSpec, parse_spec
 
 
@@ -277,7 +277,7 @@ def test_device_auto_on_a_cpu_machine_drops_cuda_only_values(
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    space = _auto_spec(tmp_path).space()
+    space = study_space(_auto_spec(tmp_path))
     assert space.device == "cpu"
     assert space.knobs["amp"] == Choices(choices=("off", "bf16"))
     assert space.knobs["pin_memory"] == Fixed(value=False)
@@ -291,7 +291,7 @@ def test_device_auto_on_a_gpu_machine_keeps_them(tmp_path: Path, monkeypatch: py
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    space = _auto_spec(tmp_path).space()
+    space = study_space(_auto_spec(tmp_path))
     assert space.device == "cuda"
     assert space.knobs["amp"] == Choices(choices=("off", "bf16", "fp16"))
     assert space.knobs["pin_memory"] == Fixed(value=True)

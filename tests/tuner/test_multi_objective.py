@@ -9,9 +9,9 @@ import pytest
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
-from autotune.spec import load_spec
 from autotune.trial_runner import Window
 from autotune.tuner import Tuner, summarize
+from autotune.workload_check import load_spec
 
 from .conftest import StudyDir, assert_nothing_left
 

@@ -1,0 +1,32 @@
+"""A study's search space: its knobs on the resolved device and its hyperparameters, with the baseline's values
+taken from the workload it builds (build()'s and the optimizer's defaults, the workload's base_lr)."""
+
+from __future__ import annotations
+
+from autotune.search_space._hyper import HyperparameterSpace
+from autotune.search_space._space import SearchSpace
+from autotune.spec import StudySpec
+from autotune.workload import keyword_defaults, study_workload, workload_function
+
+
+def study_space(spec: StudySpec) -> SearchSpace:
+    """The :class:`SearchSpace` of a study on its resolved device (``launcher.device: auto`` decided here)."""
+    workload = study_workload(spec)
+    return SearchSpace.build(
+        spec.search_space, base_lr=workload.base_lr, base_batch_size=workload.base_batch_size,
+        device=spec.resolved_device(), env=spec.env, hyper=hyperparameter_space(spec),
+    )
+
+
+def hyperparameter_space(spec: StudySpec) -> HyperparameterSpace:
+    """The :class:`HyperparameterSpace` of a study's ``hyperparameters:``, with the baseline's values:
+    build()'s and the optimizer's defaults and the workload's base_lr."""
+    if not spec.hyperparameters:
+        return HyperparameterSpace()
+    workload = study_workload(spec)
+    return HyperparameterSpace.build(
+        spec.hyperparameters,
+        build_defaults=keyword_defaults(workload_function(spec.workload.entrypoint, spec.base_dir)),
+        base_lr=workload.base_lr,
+        optimizer_defaults=keyword_defaults(workload.optimizer),
+    )

@@ -1,0 +1,209 @@
+"""The study file's sections other than the search: workload, launcher, trial limits, objectives, constraints,
+sampler, pruner, budget and confirmation runs."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from autotune.spec._knobs import STRICT
+
+Metric = Literal["throughput", "peak_memory_mb", "loss", "eval_loss", "time_to_loss"]
+Direction = Literal["maximize", "minimize"]
+SamplerName = Literal["tpe", "gp", "nsga2", "random", "grid", "cmaes", "qmc"]
+PrunerName = Literal["best", "median", "percentile", "hyperband", "successive_halving", "none"]
+
+# Names a metric has in the study file -> the unit-carrying name it is stored under.
+METRIC_KEYS: dict[str, str] = {
+    "throughput": "throughput_samples_s",
+    "peak_memory_mb": "peak_memory_mb",
+    "loss": "loss",
+    "eval_loss": "eval_loss",
+    "time_to_loss": "time_to_loss_s",
+}
+_NATURAL_DIRECTION = {
+    "throughput": "maximize", "peak_memory_mb": "minimize", "loss": "minimize", "eval_loss": "minimize",
+    "time_to_loss": "minimize",
+}
+
+
+
+class WorkloadSpec(BaseModel):
+    """What to train: a ``module:function`` or ``path/to/file.py:function`` returning an autotune.Workload."""
+
+    model_config = STRICT
+    entrypoint: str = Field(
+        description="'package.module:function' or 'path/to/file.py:function' (relative to the study file)",
+        examples=["autotune.workloads.mlp:build"],
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the function")
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint_shape(cls, value: str) -> str:
+        if not re.fullmatch(r"[^:\s]+:[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(
+                f"{value!r} is not 'module:function' or 'path/to/file.py:function'; "
+                "write e.g. autotune.workloads.mlp:build"
+            )
+        return value
+
+
+class LauncherSpec(BaseModel):
+    """Where trials run: ``local`` (torchrun on this machine) or ``slurm`` (srun in an allocation)."""
+
+    model_config = STRICT
+    kind: Literal["local", "slurm"] = Field("local", description="local | slurm")
+    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu | cuda | auto")
+    start: Literal["warm", "torchrun"] = Field(
+        "warm",
+        description="local: fork ranks from a warm interpreter (fast) or start a cold torchrun per trial",
+    )
+    nodes: int = Field(1, ge=1, description="SLURM: nodes per trial")
+    partition: str | None = Field(None, description="SLURM: partition to submit to")
+    time: str | None = Field(None, description="SLURM: time limit of the allocation, e.g. 00:10:00")
+    srun_args: tuple[str, ...] = Field((), description="SLURM: extra srun arguments")
+
+    @model_validator(mode="after")
+    def _slurm_only(self) -> LauncherSpec:
+        if self.kind != "slurm":
+            for key in ("partition", "time"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} only applies to kind: slurm; remove it or set kind: slurm")
+            if self.nodes != 1:
+                raise ValueError("nodes only applies to kind: slurm; remove it or set kind: slurm")
+            if self.srun_args:
+                raise ValueError("srun_args only applies to kind: slurm; remove it or set kind: slurm")
+        return self
+
+
+class TrialLimits(BaseModel):
+    """How long one trial runs and what it measures."""
+
+    model_config = STRICT
+    warmup_steps: int = Field(3, ge=0, description="steps excluded from every measurement")
+    max_steps: int = Field(40, ge=1, description="optimizer steps per trial")
+    max_seconds: float = Field(60.0, gt=0, description="wall-clock cap per trial, start-up included")
+    samples: int | None = Field(
+        None, gt=0, description="stop once this many samples are seen, so loss compares at equal samples"
+    )
+    report_every: int | None = Field(
+        None, ge=1, description="steps per reporting window (default: about 8 windows per trial)"
+    )
+    hang_seconds: float = Field(
+        20.0, gt=0, description="a started trial silent this long is a hang and is killed"
+    )
+
+    @model_validator(mode="after")
+    def _warmup_below_max(self) -> TrialLimits:
+        if self.warmup_steps >= self.max_steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps}); "
+                "lower warmup_steps or raise max_steps"
+            )
+        return self
+
+    def window(self) -> int:
+        """Steps per reporting window."""
+        if self.report_every is not None:
+            return self.report_every
+        return max(1, (self.max_steps - self.warmup_steps) // 8)
+
+
+class ObjectiveSpec(BaseModel):
+    """One objective: a metric and its direction."""
+
+    model_config = STRICT
+    metric: Metric = Field(
+        description="throughput (samples/s) | peak_memory_mb | loss | eval_loss (held-out, at the end) | "
+        "time_to_loss (seconds to target:)"
+    )
+    direction: Direction | None = Field(
+        None, description="maximize | minimize (default: the metric's natural)"
+    )
+    target: float | None = Field(
+        None, description="time_to_loss: the training loss to reach; seconds of training to reach it are scored"
+    )
+
+    @model_validator(mode="after")
+    def _natural(self) -> ObjectiveSpec:
+        if self.metric == "time_to_loss" and self.target is None:
+            raise ValueError("time_to_loss needs target: the loss to reach, e.g. {metric: time_to_loss, target: 0.5}")
+        if self.metric != "time_to_loss" and self.target is not None:
+            raise ValueError(f"target only applies to metric time_to_loss, not {self.metric}; remove it")
+        if self.target is not None and not math.isfinite(self.target):
+            raise ValueError(f"target: {self.target} is not a finite number; give the loss to reach")
+        natural = _NATURAL_DIRECTION[self.metric]
+        if self.direction is None:
+            object.__setattr__(self, "direction", natural)
+        elif self.direction != natural:
+            raise ValueError(
+                f"{self.metric} can only be {natural}d here (got {self.direction}); set direction: {natural}"
+            )
+        return self
+
+    @property
+    def key(self) -> str:
+        """The unit-carrying name the metric is stored under (``throughput_samples_s``)."""
+        return METRIC_KEYS[self.metric]
+
+
+class ConstraintsSpec(BaseModel):
+    model_config = STRICT
+    max_memory_mb: float | None = Field(
+        None, gt=0, description="peak memory budget per rank; a trial over it is infeasible"
+    )
+
+
+class SamplerSpec(BaseModel):
+    model_config = STRICT
+    name: SamplerName = Field(
+        "gp", description="gp (Gaussian-process Bayesian optimisation) | tpe | nsga2 | random | grid | cmaes | qmc"
+    )
+    seed: int | None = Field(None, description="random seed of the sampler")
+    n_startup_trials: int | None = Field(None, ge=0, description="random trials before the model kicks in")
+
+
+class PrunerSpec(BaseModel):
+    model_config = STRICT
+    name: PrunerName = Field(
+        "best", description="best | median | percentile | hyperband | successive_halving | none"
+    )
+    n_startup_trials: int | None = Field(
+        None, ge=0, description="complete trials needed before pruning starts (default: best 1, median/percentile 3)"
+    )
+    percentile: float = Field(25.0, gt=0, lt=100, description="percentile pruner: keep the best P percent")
+    margin: float = Field(
+        0.1, ge=0, lt=1,
+        description="best/median/percentile: prune only when worse than the threshold by this fraction (noise)",
+    )
+
+    def startup_trials(self) -> int:
+        """Complete trials needed before pruning starts: as set, else 1 for ``best`` (the baseline is the
+        first comparison) and 3 for the others."""
+        if self.n_startup_trials is not None:
+            return self.n_startup_trials
+        return 1 if self.name == "best" else 3
+
+
+class BudgetSpec(BaseModel):
+    model_config = STRICT
+    n_trials: int | None = Field(
+        20, ge=1, description="trials to run (the baseline included); null: no limit (until timeout_s or Ctrl-C)"
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="seconds for the search and the confirmation runs together; null: no limit"
+    )
+
+
+class ConfirmSpec(BaseModel):
+    """Re-runs of the best configurations at the end, so noise does not pick the winner."""
+
+    model_config = STRICT
+    top_k: int = Field(3, ge=0, description="configurations re-measured at the end (0: no confirmation)")
+    repeats: int = Field(2, ge=1, description="extra runs of each")
+
+

@@ -1,0 +1,18 @@
+"""Checking a study's workload before any trial: loading a study with its workload checked
+(``load_spec``), ``autotune validate``'s build-it-once check, and the warnings validate prints."""
+
+from autotune.workload_check._build import CheckReport, captured_output, check_workload, describe_bad_loss
+from autotune.workload_check._fits import check_workload_fits, load_spec
+from autotune.workload_check._warnings import knobs_not_decided, native_bf16, study_warnings
+
+__all__ = [
+    "CheckReport",
+    "captured_output",
+    "check_workload",
+    "check_workload_fits",
+    "describe_bad_loss",
+    "knobs_not_decided",
+    "load_spec",
+    "native_bf16",
+    "study_warnings",
+]
