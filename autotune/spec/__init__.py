@@ -37,9 +37,6 @@ from autotune.spec._text import redact_url
 from autotune.spec._validation import format_validation_error
 from autotune.spec._yaml import read_yaml
 
-_redact = redact_url  # the old private names, until every caller uses the public ones
-_unknown_knob_message = unknown_knob_message
-
 __all__ = [
     "BASE_LR",
     "METRIC_KEYS",
