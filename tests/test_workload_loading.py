@@ -151,6 +151,27 @@ def test_without_check_workload_nothing_is_imported(tmp_path: Path) -> None:
     assert lines(tmp_path / "calls.log") == ["8 x"]
 
 
+def test_read_spec_reads_the_file_without_the_workload(tmp_path: Path) -> None:
+    """autotune.spec only reads the study file; a workload that cannot be imported fails in load_spec."""
+    from autotune.spec import read_spec
+
+    study = write_study(tmp_path, "missing_module.py:build")
+    spec = read_spec(study, overrides=["trial.max_steps=9"])
+    assert spec.trial.max_steps == 9 and spec.source == str(study)
+    with pytest.raises(WorkloadError, match=r"workload\.entrypoint: missing_module\.py:build"):
+        load_spec(study)
+
+
+def test_each_spec_builds_its_own_workload_once(tmp_path: Path) -> None:
+    (tmp_path / "counting.py").write_text(COUNTING)
+    study = write_study(tmp_path, "counting.py:build")
+    first = load_spec(study, check_workload=False)
+    second = load_spec(study, check_workload=False)
+    assert study_workload(first) is study_workload(first)
+    assert study_workload(second) is not study_workload(first)
+    assert lines(tmp_path / "calls.log") == ["8 x", "8 x"]
+
+
 def test_a_file_is_imported_once_per_process(tmp_path: Path) -> None:
     """load_workload calls the function each time it is asked; the module itself is imported once."""
     (tmp_path / "counting.py").write_text(COUNTING)
