@@ -19,8 +19,8 @@ from autotune.errors import LaunchError
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._lease import Lease, LeaseBoard
 from autotune.trial_runner._plan import TrialPlan
+from autotune.trial_runner._process import die_with_tuner
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 
@@ -55,14 +55,9 @@ def with_trial_env(env: dict[str, str], plan: TrialPlan) -> dict[str, str]:
     return env
 
 
-def _die_with_tuner() -> None:  # pragma: no cover - runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 def _start_child(cores: tuple[int, ...]) -> None:  # pragma: no cover - runs in the child between fork and exec
     """Die with the tuner, and stay on the leased cores (every process the child starts inherits them)."""
-    _die_with_tuner()
+    die_with_tuner()
     os.sched_setaffinity(0, cores)
 
 
@@ -183,19 +178,9 @@ class ProcessTreeHandle(RunHandle):
             with contextlib.suppress(psutil.Error, OSError):
                 groups.add(os.getpgid(proc.pid))
         groups.discard(os.getpgid(0))
-        for pgid in groups:
-            with contextlib.suppress(OSError):
-                os.killpg(pgid, signal.SIGTERM)
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
+        _signal(groups, procs, signal.SIGTERM)
         _, alive = psutil.wait_procs(procs, timeout=grace_s)
-        for pgid in groups:
-            with contextlib.suppress(OSError):
-                os.killpg(pgid, signal.SIGKILL)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        _signal(groups, alive, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=5)
         try:
             self.proc.wait(timeout=5)
@@ -228,6 +213,16 @@ class ProcessTreeHandle(RunHandle):
         except OSError:
             return ""
         return summarize_torchrun_failure(text)
+
+
+def _signal(groups: set[int], procs: list[psutil.Process], sig: signal.Signals) -> None:
+    """Send ``sig`` to every process group in ``groups``, then to each of ``procs`` (one that left its group)."""
+    for pgid in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, sig)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
 
 
 _RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import socket
 import threading
 import time
@@ -16,8 +14,7 @@ from typing import IO, Any
 
 from autotune.errors import first_line
 from autotune.trial_runner._plan import ERRORS_DIR
-
-PR_SET_PDEATHSIG = 1
+from autotune.trial_runner._process import set_parent_death_signal
 
 
 def redirect_output(trial_dir: Path, rank: int) -> IO[str]:
@@ -32,13 +29,6 @@ def write_pid(trial_dir: Path, rank: int) -> None:
     """rank<N>.pid (as this node numbers its processes) and rank<N>.host (the node's hostname)."""
     (trial_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
     (trial_dir / f"rank{rank}.host").write_text(socket.gethostname())
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 def _start_time(pid: int) -> str | None:

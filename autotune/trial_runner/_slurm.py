@@ -37,13 +37,13 @@ from autotune.trial_runner import _slurm_node
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._local import (
     ProcessTreeHandle,
-    _die_with_tuner,
     become_subreaper,
     summarize_torchrun_failure,
     trial_environment,
     with_trial_env,
 )
 from autotune.trial_runner._plan import TrialPlan
+from autotune.trial_runner._process import die_with_tuner
 from autotune.trial_runner._slurm_node import ENDPOINT_PREFIX, NODE_ERROR_RE, STEP_FILE, node_main
 
 __all__ = ["ENDPOINT_PREFIX", "NODE_PROGRAM", "STEP_FILE", "SlurmLauncher", "SlurmStepHandle"]
@@ -161,7 +161,7 @@ class SlurmLauncher(Launcher):
                     cwd=plan.base_dir,
                     env=self.environment(plan),
                     start_new_session=True,
-                    preexec_fn=_die_with_tuner,
+                    preexec_fn=die_with_tuner,
                 )
         except OSError as e:
             raise LaunchError(f"cannot start srun for {trial_dir}: {e}") from e

@@ -41,6 +41,7 @@ UNREACHABLE_FOR_S = 5.0  # a route that stays unreachable this long is not comin
 
 
 def _free_port() -> int:
+    # _process.free_port's twin: this program imports nothing of autotune (see the docstring above)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
         return int(s.getsockname()[1])

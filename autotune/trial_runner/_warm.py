@@ -28,7 +28,6 @@ from autotune.trial_runner._lease import LeaseBoard
 from autotune.trial_runner._local import (
     MachineLauncher,
     ProcessTreeHandle,
-    _die_with_tuner,
     launched,
     lease_for,
     trial_environment,
@@ -36,6 +35,7 @@ from autotune.trial_runner._local import (
 from autotune.trial_runner._plan import LAUNCHER_ERR_FILE as ERR_FILE
 from autotune.trial_runner._plan import LAUNCHER_EXIT_FILE as EXIT_FILE
 from autotune.trial_runner._plan import TrialPlan
+from autotune.trial_runner._process import die_with_tuner
 
 READY_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 30.0
@@ -124,7 +124,7 @@ class WarmLauncher(MachineLauncher):
                 cwd=plan.base_dir,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_tuner,
+                preexec_fn=die_with_tuner,
             )
         except OSError as e:
             raise LaunchError(f"cannot start the warm trial launcher: {e}") from e

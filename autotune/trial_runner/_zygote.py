@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from autotune.trial_runner._plan import LAUNCHER_ERR_FILE as ERR_FILE
 from autotune.trial_runner._plan import LAUNCHER_EXIT_FILE as EXIT_FILE
+from autotune.trial_runner._process import free_port, set_parent_death_signal
 
 GRACE_S = 3.0
 
@@ -42,12 +42,6 @@ def preload() -> None:
     import autotune.trial_runner.worker  # noqa: F401
 
     del torch
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _write(path: Path, text: str) -> None:
@@ -92,7 +86,7 @@ def leader(request: dict[str, Any]) -> int:  # pragma: no cover - runs in a fork
     os.dup2(err.fileno(), 1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # the zygote's request pipe is not the trial's business
-    port = _free_port()
+    port = free_port()
     ranks: dict[int, int] = {}
     for rank in range(world_size):
         pid = os.fork()
@@ -168,8 +162,6 @@ def _reap(ranks: dict[int, int], statuses: dict[int, int], *, block: bool) -> li
 
 
 def serve() -> None:  # pragma: no cover - exercised through WarmLauncher
-    from autotune.trial_runner._rank import set_parent_death_signal
-
     set_parent_death_signal(signal.SIGTERM)
     preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # leaders are reaped by the kernel
@@ -184,9 +176,7 @@ def serve() -> None:  # pragma: no cover - exercised through WarmLauncher
         if pid == 0:
             os.setsid()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            from autotune.trial_runner._rank import set_parent_death_signal as follow
-
-            follow(signal.SIGTERM)  # the zygote going away ends the trial too
+            set_parent_death_signal(signal.SIGTERM)  # the zygote going away ends the trial too
             code = 1
             try:
                 code = leader(request)
