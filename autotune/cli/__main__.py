@@ -2,4 +2,5 @@
 
 from autotune.cli._commands import main
 
-main(prog_name="autotune")
+if __name__ == "__main__":
+    main(prog_name="autotune")
