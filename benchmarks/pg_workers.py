@@ -20,7 +20,6 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import REPO, RUNS, check, console, default_out, machine_caption, machine_facts, print_table, write_json
+
+from autotune.trial_runner import free_port as _free_port
 
 STUDY = """
 name: pg-workers
@@ -46,12 +47,6 @@ sampler: {{name: random, seed: 0}}
 pruner: {{name: none}}
 confirm: {{top_k: 0}}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:

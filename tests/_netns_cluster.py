@@ -42,6 +42,8 @@ from typing import Any
 
 import psutil
 
+from autotune.trial_runner import free_port as _free_port
+
 PREFIX = "atmn"  # autotune multi-node: every namespace, link and state file this module creates
 STATE_DIR = Path(tempfile.gettempdir()) / "autotune-netns-clusters"
 NODE_IFNAME = "eth0"  # the interface that reaches the other nodes, in every node
@@ -93,12 +95,6 @@ def missing_requirements() -> str | None:
     if os.geteuid() != 0:
         return "no multi-node SLURM cluster: network namespaces and slurmd need root"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _used_subnets() -> set[int]:

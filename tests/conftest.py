@@ -32,11 +32,7 @@ from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from autotune.trial_runner import free_port as _free_port
 
 
 def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

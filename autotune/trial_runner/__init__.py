@@ -9,6 +9,7 @@ from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
 from autotune.trial_runner._plan import TrialPlan, plan_for
+from autotune.trial_runner._process import free_port
 from autotune.trial_runner._training import compute_threads, shard_model
 from autotune.trial_runner._warm import WarmLauncher
 
@@ -27,6 +28,7 @@ __all__ = [
     "Window",
     "WindowCallback",
     "compute_threads",
+    "free_port",
     "make_launcher",
     "plan_for",
     "run_trial",

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.trial_runner.conftest import wait_no_leftovers
+from tests._processes import wait_no_leftovers
 from tests.tuner import conftest as tuner
 
 HERE = Path(__file__).parent

@@ -26,7 +26,7 @@ import pytest
 from autotune.trial_runner import TrialPlan, TrialResult, run_trial
 from autotune.trial_runner._slurm import SlurmLauncher
 from tests._netns_cluster import ISOLATED_IFNAME, NODE_IFNAME, NetnsCluster
-from tests.trial_runner.conftest import wait_no_leftovers
+from tests._processes import wait_no_leftovers
 from tests.trial_runner.test_launchers import plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.tuner import counts_toward_budget
-from tests.trial_runner.conftest import wait_no_leftovers
+from tests._processes import wait_no_leftovers
 
 FAULTY = Path(__file__).resolve().parent.parent / "trial_runner" / "faulty.py"
 

@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from autotune.search_space import TrialConfig
@@ -14,47 +11,6 @@ from autotune.spec import TrialLimits
 from autotune.trial_runner import Launcher, LocalLauncher, TrialPlan, TrialResult, WarmLauncher, run_trial
 
 HERE = Path(__file__).parent
-
-
-def _fd_targets(pid: int) -> list[str]:
-    folder = f"/proc/{pid}/fd"
-    targets = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return targets
-    for name in names:
-        try:
-            targets.append(os.readlink(f"{folder}/{name}"))
-        except OSError:
-            continue
-    return targets
-
-
-def leftovers(trial_dir: Path) -> list[str]:
-    """Live processes of a trial: its folder in their command line (torchrun, cold ranks) or among their
-    open files (ranks forked by the warm launcher and their DataLoader workers hold rank<N>.log)."""
-    found = []
-    needle = str(trial_dir)
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
-                continue
-            cmdline = " ".join(proc.info["cmdline"] or ())
-            if needle in cmdline or any(t.startswith(needle) for t in _fd_targets(proc.pid)):
-                found.append(f"{proc.pid} {cmdline}")
-        except psutil.Error:
-            continue
-    return found
-
-
-def wait_no_leftovers(trial_dir: Path, within_s: float = 5.0) -> list[str]:
-    deadline = time.monotonic() + within_s
-    while True:
-        left = leftovers(trial_dir)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 RunFaulty = Callable[..., tuple[TrialResult, Path]]

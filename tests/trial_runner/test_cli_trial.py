@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from .conftest import HERE, leftovers, wait_no_leftovers
+from tests._processes import leftovers, wait_no_leftovers
+
+from .conftest import HERE
 
 
 def _study(tmp_path: Path, fault: str = "none", max_steps: int = 12) -> Path:

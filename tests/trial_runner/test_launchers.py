@@ -22,8 +22,9 @@ import pytest
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
 from autotune.trial_runner import Launcher, LocalLauncher, Outcome, TrialPlan, WarmLauncher, run_trial
+from tests._processes import leftovers, wait_no_leftovers
 
-from .conftest import HERE, leftovers, wait_no_leftovers
+from .conftest import HERE
 
 KINDS = ["torchrun", "warm", pytest.param("slurm", marks=pytest.mark.real("slurm"))]
 

@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from autotune.trial_runner import Outcome
+from tests._processes import wait_no_leftovers
 
-from .conftest import RunFaulty, wait_no_leftovers
+from .conftest import RunFaulty
 
 
 @pytest.mark.parametrize("kind", ["warm", "torchrun"])

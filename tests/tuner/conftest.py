@@ -8,18 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
-import psutil
 import pytest
 import yaml
 
+from tests._processes import wait_no_leftovers, wait_none_in
 from tests.trial_runner.conftest import HERE as TRIAL_RUNNER_TESTS
-from tests.trial_runner.conftest import wait_no_leftovers
 
 #: Short real trials: a couple of seconds each, most of it torchrun start-up.
 SHORT_TRIAL = {"warmup_steps": 2, "max_steps": 14, "report_every": 3, "max_seconds": 30, "hang_seconds": 5}
@@ -129,29 +127,6 @@ def finished_snapshot(study: optuna.Study) -> dict[int, tuple[Any, ...]]:
         for t in study.get_trials(deepcopy=False)
         if t.state.is_finished()
     }
-
-
-def processes_in(folder: Path, exclude: tuple[int, ...] = ()) -> list[str]:
-    """Processes started from ``folder`` (the tuner runs there, so its launcher, warm zygote, torchrun, ranks
-    and DataLoader workers inherit it as their working directory) or naming it on their command line."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cwd", "cmdline", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid in exclude:
-                continue
-            cwd, cmdline = proc.info["cwd"] or "", proc.info["cmdline"] or ()
-            if cwd == str(folder) or cwd.startswith(f"{folder}/") or any(str(folder) in c for c in cmdline):
-                found.append(f"{proc.pid} {' '.join(cmdline)}")
-        except psutil.Error:
-            continue
-    return found
-
-
-def wait_none_in(folder: Path, within_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + within_s
-    while (left := processes_in(folder)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
 
 
 def assert_nothing_left(study: optuna.Study, sd: StudyDir) -> None:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from .conftest import StudyDir, assert_nothing_left, budget_trials, finished_snapshot, processes_in
+from tests._processes import processes_in
+
+from .conftest import StudyDir, assert_nothing_left, budget_trials, finished_snapshot
 
 # fault: slow sleeps 50 ms in every loss call: a trial of 40 steps trains for about 2 s.
 SLOW = {"workload_args": {"fault": "slow", "at_step": 1}, "trial": {"max_steps": 40, "report_every": 4}}

@@ -1,0 +1,73 @@
+"""Finding the processes a test left behind: those of a trial folder, or those the tuner started in a folder."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+
+def _fd_targets(pid: int) -> list[str]:
+    folder = f"/proc/{pid}/fd"
+    targets = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return targets
+    for name in names:
+        try:
+            targets.append(os.readlink(f"{folder}/{name}"))
+        except OSError:
+            continue
+    return targets
+
+
+def _find(match: Callable[[psutil.Process, str, str], bool], exclude: tuple[int, ...]) -> list[str]:
+    """``"pid cmdline"`` of every live process for which ``match(proc, cwd, cmdline)`` holds."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cwd", "cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid in exclude:
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            if match(proc, proc.info["cwd"] or "", cmdline):
+                found.append(f"{proc.pid} {cmdline}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def leftovers(trial_dir: Path) -> list[str]:
+    """Live processes of a trial: its folder in their command line (torchrun, cold ranks) or among their
+    open files (ranks forked by the warm launcher and their DataLoader workers hold rank<N>.log)."""
+    needle = str(trial_dir)
+    return _find(lambda proc, _cwd, cmdline: needle in cmdline
+                 or any(t.startswith(needle) for t in _fd_targets(proc.pid)), exclude=(os.getpid(),))
+
+
+def processes_in(folder: Path, exclude: tuple[int, ...] = ()) -> list[str]:
+    """Processes started from ``folder`` (the tuner runs there, so its launcher, warm zygote, torchrun, ranks
+    and DataLoader workers inherit it as their working directory) or naming it on their command line."""
+    needle = str(folder)
+    return _find(lambda _proc, cwd, cmdline: cwd == needle or cwd.startswith(f"{needle}/") or needle in cmdline,
+                 exclude=exclude)
+
+
+def _wait_empty(find: Callable[[], list[str]], within_s: float) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := find()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def wait_no_leftovers(trial_dir: Path, within_s: float = 5.0) -> list[str]:
+    """:func:`leftovers` of ``trial_dir`` once none is left, or what is still alive after ``within_s``."""
+    return _wait_empty(lambda: leftovers(trial_dir), within_s)
+
+
+def wait_none_in(folder: Path, within_s: float = 10.0) -> list[str]:
+    """:func:`processes_in` ``folder`` once none is left, or what is still alive after ``within_s``."""
+    return _wait_empty(lambda: processes_in(folder), within_s)
