@@ -17,7 +17,7 @@ __all__ = ["artifact_store_for", "artifacts_dir"]
 
 def artifacts_dir(spec: StudySpec) -> Path:
     """``<study file's folder>/runs/<name>/artifacts``: where the study's artifacts are kept."""
-    return spec.runs_dir() / "artifacts"
+    return spec.artifacts_dir()
 
 
 def artifact_store_for(spec: StudySpec, create: bool = True) -> FileSystemArtifactStore:

@@ -218,6 +218,11 @@ class StudySpec(BaseModel):
         """Where trial folders go: ``runs/<study name>/`` beside the study file."""
         return self.base_dir / "runs" / self.name
 
+    def artifacts_dir(self) -> Path:
+        """Where the trials' files are kept as Optuna artifacts: ``runs/<study name>/artifacts`` (the tuner
+        writes them, the report's dashboard reads them)."""
+        return self.runs_dir() / "artifacts"
+
     def bind(self, base_dir: Path, source: str) -> StudySpec:
         self._base_dir = base_dir
         self._source = source

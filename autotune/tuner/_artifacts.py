@@ -2,7 +2,7 @@
 
 The tuner writes them (:func:`attach_trial_artifacts`, from ``Tuner.tell``); the report only reads them
 (``autotune.report.artifact_store_for``, for the dashboard). Both find the store at
-``<study file's folder>/runs/<name>/artifacts``.
+``StudySpec.artifacts_dir()``: ``runs/<name>/artifacts`` beside the study file.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ _MAX_BYTES = 50 * 1024 * 1024  # a runaway log is not copied into the artifact s
 
 
 def writable_artifact_store(spec: StudySpec) -> FileSystemArtifactStore:
-    """The study's artifact store, its folder created: ``runs/<name>/artifacts`` beside the study file."""
-    folder = spec.runs_dir() / "artifacts"
+    """The study's artifact store (``StudySpec.artifacts_dir()``), its folder created."""
+    folder = spec.artifacts_dir()
     folder.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(folder)
 
