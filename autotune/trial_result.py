@@ -60,6 +60,9 @@ class TrialResult:
     compile_s: float | None = None  # torch.compile's time in the first step (never inside throughput)
     threads_per_rank: int | None = None  # the intra-op threads each rank ran with (auto resolved)
     hosts: list[str] = field(default_factory=list)  # the hostname each rank ran on, by rank
+    machine_load: float | None = None  # others' CPU time on the held cores / their capacity (None: not measured)
+    busy: bool | None = None  # machine_load over trial_runner's BUSY_LOAD, or another process on a held GPU
+    gpu_other_processes: int | None = None  # compute processes not the trial's on its GPUs (None: not asked)
     windows: list[Window] = field(default_factory=list)
     error_lines: list[str] = field(default_factory=list)
     trial_dir: str = ""
@@ -68,6 +71,17 @@ class TrialResult:
     def overhead_s(self) -> float | None:
         """Wall time not spent in the training loop: launch, imports, rendezvous, build, teardown."""
         return self.wall_s - self.training_span_s if self.training_span_s else None
+
+    def take_windows(self, windows: list[Window]) -> None:
+        """Keep ``windows`` and read the measured numbers off them: the last window's throughput, loss, steps,
+        samples and time to first step, and the largest peak memory of any window."""
+        self.windows = windows
+        if windows:
+            last = windows[-1]
+            self.throughput_samples_s, self.loss = last.throughput_samples_s, last.loss
+            self.peak_memory_mb = max(w.peak_memory_mb for w in windows)
+            self.steps, self.samples = last.step, last.samples
+            self.time_to_first_step_s = last.time_to_first_step_s
 
     def metrics(self) -> dict[str, float | None]:
         return {

@@ -1,9 +1,9 @@
 """Objectives: what a trial's measurements are worth.
 
-Objective and intermediate values, constraints, autotune's multi-objective pruning rule
-(:class:`DominancePruner`), Pareto fronts, confirmation statistics, configuration keys, and the one
-choice of a study (:func:`choose`). No torch; Optuna for the single-objective pruner and for reading a
-study's trials.
+Objective and intermediate values, constraints, peak memory predicted before launch
+(:class:`MemoryModel`), autotune's multi-objective pruning rule (:class:`DominancePruner`), Pareto fronts,
+confirmation statistics, configuration keys, and the one choice of a study (:func:`choose`). No torch;
+Optuna for the single-objective pruner and for reading a study's trials.
 """
 
 from autotune.objectives._choice import Choice, choose, is_reference, measured_groups
@@ -11,6 +11,15 @@ from autotune.objectives._compile_payback import CompilePayback, compile_payback
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
 from autotune.objectives._dominance import dominates, pareto_front
+from autotune.objectives._memory_model import (
+    MemoryModel,
+    MemoryPoint,
+    MemoryPrediction,
+    ModelSize,
+    analytic_memory_mb,
+    memory_points,
+    setting_of,
+)
 from autotune.objectives._metrics import (
     CONSTRAINT_NAMES,
     constraint_values,
@@ -41,11 +50,16 @@ __all__ = [
     "Group",
     "History",
     "Measurement",
+    "MemoryModel",
+    "MemoryPoint",
+    "MemoryPrediction",
+    "ModelSize",
     "NoiseAwarePruner",
     "PruningDecision",
     "RunningTimeToLoss",
     "TimeToLoss",
     "TimeToLossRow",
+    "analytic_memory_mb",
     "choose",
     "choose_best",
     "compile_payback",
@@ -59,10 +73,12 @@ __all__ = [
     "is_reference",
     "loss_noise_floor",
     "measured_groups",
+    "memory_points",
     "metric_value",
     "objective_values",
     "pareto_front",
     "running_value",
+    "setting_of",
     "time_to_loss_attrs",
     "window_extras",
     "window_history",

@@ -4,13 +4,13 @@
 """
 
 from autotune.trial_result import Outcome, TrialResult, Window
+from autotune.trial_runner._apply import compute_threads, shard_model
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._process import free_port
-from autotune.trial_runner._training import compute_threads, shard_model
 from autotune.trial_runner._warm import WarmLauncher
 
 __all__ = [

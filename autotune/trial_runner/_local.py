@@ -6,7 +6,6 @@ import contextlib
 import ctypes
 import functools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import psutil
 
 from autotune.errors import LaunchError
 from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._exit import summarize_torchrun_failure
 from autotune.trial_runner._lease import Lease, LeaseBoard
 from autotune.trial_runner._plan import TrialPlan
 from autotune.trial_runner._process import die_with_tuner
@@ -223,44 +223,6 @@ def _signal(groups: set[int], procs: list[psutil.Process], sig: signal.Signals) 
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)
-
-
-_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
-_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
-
-
-def summarize_torchrun_failure(text: str) -> str:
-    """'rank 1 killed by SIGSEGV' / 'rank 0 exited with status 1' from torchrun's failure report.
-
-    Ranks killed by a crash signal (SIGSEGV, SIGBUS, SIGABRT...) come first: they are the cause, the
-    others' errors the consequence. SIGTERM/SIGINT come last: that is how torchrun (or the warm leader)
-    stops the surviving ranks once one has failed.
-    """
-    parts = []
-    for block in re.split(r"^\s*\[\d+\]:\s*$", text, flags=re.M)[1:]:
-        rank_match, exit_match = _RANK_RE.search(block), _EXIT_RE.search(block)
-        if not rank_match or not exit_match:
-            continue
-        rank, status = rank_match.group(1), int(exit_match.group(1))
-        if status < 0:
-            try:
-                name = signal.Signals(-status).name
-            except ValueError:
-                name = f"signal {-status}"
-            parts.append(f"rank {rank} killed by {name}")
-        else:
-            parts.append(f"rank {rank} exited with status {status}")
-    parts.sort(key=_cause_rank)
-    return "; ".join(dict.fromkeys(parts))
-
-
-_SHUTDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
-
-
-def _cause_rank(part: str) -> int:
-    if "killed by" not in part:
-        return 1
-    return 2 if part.endswith(_SHUTDOWN_SIGNALS) else 0
 
 
 class MachineLauncher(Launcher):

@@ -11,16 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from autotune.errors import LaunchError
 from autotune.spec import TrialLimits
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._exit import classify_exit, rank_hosts, read_json
+from autotune.trial_runner._memory import tree_memory_mb
 from autotune.trial_runner._plan import (
     APPLIED_FILE,
-    DONE_FILE,
-    ERRORS_DIR,
     HEARTBEAT_FILE,
     METRICS_FILE,
     TrialPlan,
@@ -33,20 +31,6 @@ TickCallback = Callable[[float, list[Window]], None]
 
 
 HOST_MEMORY_EVERY = 10  # without a host memory budget, host memory is sampled every this many polls
-
-
-def tree_memory_mb(procs: list[psutil.Process]) -> float:
-    """The memory of a rank and its DataLoader workers, in MB: the sum of their PSS (proportional set
-    size: a page shared by k processes counts 1/k in each), so the copy-on-write pages a worker shares
-    with its rank are counted once, not once per worker. RSS where PSS cannot be read."""
-    total = 0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            try:
-                total += proc.memory_full_info().pss
-            except (psutil.AccessDenied, AttributeError):
-                total += proc.memory_info().rss
-    return total / 2**20
 
 
 class MetricsTail:
@@ -195,100 +179,6 @@ class Monitor:
             self.sleep(self.poll_s)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _log_tail(trial_dir: Path, rank: int, lines: int = 12) -> list[str]:
-    try:
-        text = (trial_dir / f"rank{rank}.log").read_text(errors="replace")
-    except OSError:
-        return []
-    found = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("Extension modules:")]
-    fatal = next((i for i, ln in enumerate(found) if ln.startswith("Fatal Python error")), None)
-    if fatal is not None:  # a crash dump (faulthandler): the signal and the innermost frames
-        return found[fatal : fatal + lines]
-    return found[-lines:]
-
-
-def rank_hosts(trial_dir: Path) -> list[str]:
-    """The hostname each rank ran on, by rank (its rank<N>.host); "" for a rank that never started."""
-    hosts: dict[int, str] = {}
-    for path in trial_dir.glob("rank*.host"):
-        with contextlib.suppress(ValueError, OSError):
-            hosts[int(path.stem.removeprefix("rank"))] = path.read_text().strip()
-    return [hosts.get(rank, "") for rank in range(max(hosts) + 1)] if hosts else []
-
-
-def _rank_on_host(trial_dir: Path) -> Callable[[object], str]:
-    """``rank N``, and ``rank N on HOST`` when the trial's ranks ran on more than one host."""
-    hosts = rank_hosts(trial_dir)
-    several = len({h for h in hosts if h}) > 1
-
-    def name(rank: object) -> str:
-        index = int(rank) if isinstance(rank, (int, str)) and str(rank).isdigit() else -1
-        if several and 0 <= index < len(hosts) and hosts[index]:
-            return f"rank {rank} on {hosts[index]}"
-        return f"rank {rank}"
-
-    return name
-
-
-def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, list[str], dict[str, Any] | None]:
-    """How a run that ended by itself went: (outcome, reason, error lines, done.json or None).
-
-    A launcher's account that names a node (``node K (HOST): ...``, a multi-node launcher's) is the cause
-    of whatever the ranks recorded afterwards; a rank's is named with its host when ranks ran on several.
-    """
-    done = _read_json(trial_dir / DONE_FILE)
-    who = _rank_on_host(trial_dir)
-    errors = []
-    for path in sorted((trial_dir / ERRORS_DIR).glob("rank*.json")):
-        record = _read_json(path)
-        if isinstance(record, dict):
-            errors.append(record)
-    errors.sort(key=lambda r: r.get("time", 0.0))
-    if isinstance(done, dict) and not errors:
-        outcome = Outcome(done.get("outcome", "complete"))
-        return outcome, str(done.get("reason", "")), [], done
-    exit_summary = handle.exit_summary()
-    oom = [e for e in errors if e.get("kind") == "oom"]
-    if oom:
-        e = oom[0]
-        return Outcome.OOM, f"{who(e['rank'])}: out of memory", e.get("lines", []), done
-    first = exit_summary.split(";")[0]
-    if first.startswith("node "):  # a node failed (left the step, lost its slurmd, cannot reach node 0)
-        return Outcome.CRASHED, first, _launcher_tail(trial_dir), done
-    crash_signal = "killed by" in first and not first.endswith(("SIGTERM", "SIGINT", "SIGHUP"))
-    if crash_signal:  # SIGSEGV and the like: the cause, whatever the other ranks recorded afterwards
-        rank = int(first.split("rank ", 1)[1].split()[0])
-        return Outcome.CRASHED, first.replace(f"rank {rank}", who(rank), 1), _log_tail(trial_dir, rank), done
-    primary = [e for e in errors if e.get("kind") not in ("peer", "timeout")]
-    if primary:
-        e = primary[0]
-        return Outcome.CRASHED, f"{who(e['rank'])}: {e['type']}: {e['message']}", e.get("lines", []), done
-    timeouts = [e for e in errors if e.get("kind") == "timeout"]
-    if timeouts:
-        e = timeouts[0]
-        return Outcome.HANG, f"{who(e['rank'])}: a collective timed out", e.get("lines", []), done
-    if errors:
-        e = errors[0]
-        return Outcome.CRASHED, f"{who(e['rank'])}: {e['type']}: {e['message']}", e.get("lines", []), done
-    if isinstance(done, dict):
-        return Outcome(done.get("outcome", "complete")), str(done.get("reason", "")), [], done
-    reason = exit_summary or "the run ended without a result"
-    return Outcome.CRASHED, reason, _launcher_tail(trial_dir), done
-
-
-def _launcher_tail(trial_dir: Path, lines: int = 12) -> list[str]:
-    with contextlib.suppress(OSError):
-        return (trial_dir / "launcher.err").read_text(errors="replace").splitlines()[-lines:]
-    return []
-
-
 def run_trial(
     plan: TrialPlan,
     trial_dir: Path,
@@ -354,15 +244,7 @@ def run_trial(
     result = TrialResult(outcome=outcome, reason=reason, wall_s=wall, trial_dir=str(trial_dir),
                          hosts=rank_hosts(trial_dir))
     result.error_lines = error_lines
-    result.windows = windows
-    if windows:
-        last = windows[-1]
-        result.throughput_samples_s = last.throughput_samples_s
-        result.loss = last.loss
-        result.peak_memory_mb = max(w.peak_memory_mb for w in windows)
-        result.steps = last.step
-        result.samples = last.samples
-        result.time_to_first_step_s = last.time_to_first_step_s
+    result.take_windows(windows)
     if done:
         result.steps = int(done.get("steps", result.steps))
         result.samples = int(done.get("samples", result.samples))
@@ -395,7 +277,7 @@ def run_trial(
 def _knob_facts(result: TrialResult, plan: TrialPlan, trial_dir: Path) -> None:
     """What rank 0 recorded of the knobs it applied: compile_s and the resolved threads_per_rank. A trial
     stopped by max_seconds while torch.compile still compiled says so in its reason."""
-    applied = _read_json(trial_dir / APPLIED_FILE)
+    applied = read_json(trial_dir / APPLIED_FILE)
     applied = applied if isinstance(applied, dict) else {}
     if isinstance(applied.get("compile_s"), (int, float)):
         result.compile_s = float(applied["compile_s"])

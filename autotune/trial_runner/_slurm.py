@@ -35,10 +35,10 @@ import psutil
 from autotune.errors import LaunchError
 from autotune.trial_runner import _slurm_node
 from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._exit import summarize_torchrun_failure
 from autotune.trial_runner._local import (
     ProcessTreeHandle,
     become_subreaper,
-    summarize_torchrun_failure,
     trial_environment,
     with_trial_env,
 )

@@ -1,4 +1,8 @@
-"""What each rank does: build the workload, apply every knob, train and measure.
+"""Longer than 350 lines because the Trainer is one object: building a rank's model, data and process group
+and the training loop that steps, times and reports them share its state (knob application lives in
+_apply.py, memory measuring in _memory.py).
+
+What each rank does: build the workload, apply every knob, train and measure.
 
 Runs inside a rank started by a launcher (torchrun). Rank 0 appends one JSON line per reporting window
 to metrics.jsonl; every rank touches the heartbeat file after each step; rank 0 writes done.json at the
@@ -22,6 +26,8 @@ import torch
 import torch.distributed as dist
 
 from autotune.spec import split_hyperparameters
+from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, apply_threads, shard_model
+from autotune.trial_runner._memory import peak_memory_mb
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
 from autotune.workload import Workload, load_workload
 
@@ -48,39 +54,6 @@ class RankContext:
             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])),
             trial_dir=trial_dir,
         )
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: max_memory_allocated. CPU: this rank and its DataLoader workers now, as the sum of their PSS
-    (a copy-on-write page a worker shares with the rank counts once, not once per worker), or this rank's
-    own peak RSS (VmHWM) when that is larger. The caller keeps the maximum over windows."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    import psutil
-
-    from autotune.trial_runner._monitor import tree_memory_mb
-
-    procs = [psutil.Process()]
-    with contextlib.suppress(psutil.Error):
-        procs += psutil.Process().children(recursive=True)
-    return max(tree_memory_mb(procs), _hwm_kb(os.getpid()) / 1024)
-
-
-def _hwm_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def reset_peak_rss() -> None:
-    """Reset this process's peak RSS so it measures this rank only (not what a parent held before fork)."""
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
@@ -116,76 +89,6 @@ def _batches(loader: Any, sampler: Any) -> Iterator[Any]:
         if not yielded:
             raise DatasetTooSmall("the DataLoader produced no batch")
         epoch += 1
-
-
-def _apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int:
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl,
-        apply_activation_checkpointing,
-        checkpoint_wrapper,
-    )
-
-    def wrapper(module: torch.nn.Module) -> torch.nn.Module:
-        return checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-
-    apply_activation_checkpointing(
-        model, checkpoint_wrapper_fn=wrapper, check_fn=lambda m: isinstance(m, types)
-    )
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
-
-    return sum(isinstance(m, CheckpointWrapper) for m in model.modules())
-
-
-def compute_threads(local_world_size: int, num_workers: int) -> int:
-    """Intra-op threads per rank on CPU: this rank's share of the cores, less its DataLoader workers
-    (each worker runs one thread), so that compute and data loading do not fight over the same cores.
-    This is ``threads_per_rank: auto``."""
-    cores = len(os.sched_getaffinity(0))
-    return max(1, cores // local_world_size - num_workers)
-
-
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def apply_threads(setting: int | str, local_world_size: int, num_workers: int, device_type: str) -> int:
-    """Set this rank's intra-op threads from ``threads_per_rank``: torch's pool and the OpenMP/MKL variables
-    (which the rank's children and compiled kernels read). ``auto`` on CPU is :func:`compute_threads`;
-    ``auto`` on CUDA leaves torch's default. Returns the thread count in force."""
-    if isinstance(setting, int):
-        threads: int | None = setting
-    elif device_type == "cpu":
-        threads = compute_threads(local_world_size, num_workers)
-    else:
-        threads = None
-    if threads is not None:
-        torch.set_num_threads(threads)
-        for name in THREAD_ENV:
-            os.environ[name] = str(threads)
-    return torch.get_num_threads()
-
-
-def shard_model(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:
-    """FSDP2: ``fully_shard`` every module of ``units``, then the root; amp becomes the MixedPrecisionPolicy.
-    ``fsdp`` frees gathered parameters after forward (ZeRO-3-like), ``fsdp_no_reshard`` keeps them (ZeRO-2-like).
-    Returns the number of sharded units, the root included."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    if cfg.amp == "off":
-        policy = MixedPrecisionPolicy()
-    else:
-        dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    reshard = cfg.sharding == "fsdp"
-    targets = [m for m in model.modules() if units and isinstance(m, units) and m is not model]
-    for module in targets:
-        fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    return len(targets) + 1
-
-
-_shard = shard_model  # the old private name, until calibration imports shard_model
 
 
 class Trainer:
@@ -229,7 +132,7 @@ class Trainer:
         if not any(p.requires_grad for p in model.parameters()):
             raise ValueError("the workload's model has no trainable parameters")
         if cfg.activation_checkpointing:
-            wrapped = _apply_checkpointing(model, workload.checkpoint_modules)
+            wrapped = apply_checkpointing(model, workload.checkpoint_modules)
             if wrapped == 0:
                 raise ValueError("activation_checkpointing: no module of checkpoint_modules found in the model")
             self.applied["checkpoint_wrappers"] = wrapped

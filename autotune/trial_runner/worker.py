@@ -30,8 +30,9 @@ def main(argv: list[str]) -> None:
     write_pid(trial_dir, rank)
     code = 1
     try:
+        from autotune.trial_runner._memory import reset_peak_rss
         from autotune.trial_runner._plan import TrialPlan
-        from autotune.trial_runner._training import RankContext, Trainer, reset_peak_rss
+        from autotune.trial_runner._training import RankContext, Trainer
 
         plan = TrialPlan.read(trial_dir)
         die_with_parents(plan.tuner_pid)

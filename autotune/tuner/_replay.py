@@ -115,15 +115,9 @@ def replay_runner(landscape: Landscape) -> Callable[..., TrialResult]:
             if on_tick is not None:
                 on_tick(window.elapsed_s, windows)
         result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir))
-        result.windows = windows
+        result.take_windows(windows)
         if windows:
-            last = windows[-1]
-            result.throughput_samples_s = last.throughput_samples_s
-            result.loss = last.loss
-            result.peak_memory_mb = max(w.peak_memory_mb for w in windows)
-            result.steps, result.samples = last.step, last.samples
-            result.time_to_first_step_s = last.time_to_first_step_s
-            result.training_s = (last.step - limits.warmup_steps) * step_s
+            result.training_s = (windows[-1].step - limits.warmup_steps) * step_s
         result.wall_s = m.overhead_s + (windows[-1].step if windows else limits.warmup_steps) * step_s
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
@@ -188,13 +182,7 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
                         f"rank 0 used {window.peak_memory_mb:.0f} MB, over the budget of {max_memory_mb:.0f} MB"
                     )
                     break
-        result.windows = windows
-        if windows:
-            last = windows[-1]
-            result.throughput_samples_s, result.loss = last.throughput_samples_s, last.loss
-            result.peak_memory_mb = max(w.peak_memory_mb for w in windows)
-            result.steps, result.samples = last.step, last.samples
-            result.time_to_first_step_s = last.time_to_first_step_s
+        result.take_windows(windows)
         if result.outcome is Outcome.COMPLETE and outcome is Outcome.COMPLETE and record.get("throughput_samples_s"):
             result.throughput_samples_s = float(record["throughput_samples_s"])
             result.training_s = float(record.get("training_s") or 0.0)

@@ -1,0 +1,78 @@
+"""Applying the knobs of a trial's config inside a rank: activation checkpointing, threads, FSDP2 sharding."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int:
+    """Wrap every module of ``types`` in a non-reentrant activation checkpoint; returns how many."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    def wrapper(module: torch.nn.Module) -> torch.nn.Module:
+        return checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+
+    apply_activation_checkpointing(
+        model, checkpoint_wrapper_fn=wrapper, check_fn=lambda m: isinstance(m, types)
+    )
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    return sum(isinstance(m, CheckpointWrapper) for m in model.modules())
+
+
+def compute_threads(local_world_size: int, num_workers: int) -> int:
+    """Intra-op threads per rank on CPU: this rank's share of the cores, less its DataLoader workers
+    (each worker runs one thread), so that compute and data loading do not fight over the same cores.
+    This is ``threads_per_rank: auto``."""
+    cores = len(os.sched_getaffinity(0))
+    return max(1, cores // local_world_size - num_workers)
+
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def apply_threads(setting: int | str, local_world_size: int, num_workers: int, device_type: str) -> int:
+    """Set this rank's intra-op threads from ``threads_per_rank``: torch's pool and the OpenMP/MKL variables
+    (which the rank's children and compiled kernels read). ``auto`` on CPU is :func:`compute_threads`;
+    ``auto`` on CUDA leaves torch's default. Returns the thread count in force."""
+    if isinstance(setting, int):
+        threads: int | None = setting
+    elif device_type == "cpu":
+        threads = compute_threads(local_world_size, num_workers)
+    else:
+        threads = None
+    if threads is not None:
+        torch.set_num_threads(threads)
+        for name in THREAD_ENV:
+            os.environ[name] = str(threads)
+    return torch.get_num_threads()
+
+
+def shard_model(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:
+    """FSDP2: ``fully_shard`` every module of ``units``, then the root; amp becomes the MixedPrecisionPolicy.
+    ``fsdp`` frees gathered parameters after forward (ZeRO-3-like), ``fsdp_no_reshard`` keeps them (ZeRO-2-like).
+    Returns the number of sharded units, the root included."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    if cfg.amp == "off":
+        policy = MixedPrecisionPolicy()
+    else:
+        dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    reshard = cfg.sharding == "fsdp"
+    targets = [m for m in model.modules() if units and isinstance(m, units) and m is not model]
+    for module in targets:
+        fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    return len(targets) + 1
+
