@@ -11,15 +11,7 @@ from autotune.objectives._compile_payback import CompilePayback, compile_payback
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
 from autotune.objectives._dominance import dominates, pareto_front
-from autotune.objectives._memory_model import (
-    MemoryModel,
-    MemoryPoint,
-    MemoryPrediction,
-    ModelSize,
-    analytic_memory_mb,
-    memory_points,
-    setting_of,
-)
+from autotune.objectives._memory_model import MemoryModel, MemoryPoint, MemoryPrediction, ModelSize, memory_points
 from autotune.objectives._metrics import (
     CONSTRAINT_NAMES,
     constraint_values,
@@ -59,7 +51,6 @@ __all__ = [
     "RunningTimeToLoss",
     "TimeToLoss",
     "TimeToLossRow",
-    "analytic_memory_mb",
     "choose",
     "choose_best",
     "compile_payback",
@@ -78,7 +69,6 @@ __all__ = [
     "objective_values",
     "pareto_front",
     "running_value",
-    "setting_of",
     "time_to_loss_attrs",
     "window_extras",
     "window_history",

@@ -11,7 +11,8 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.objectives import MemoryModel, MemoryPoint, ModelSize, analytic_memory_mb, memory_points, setting_of
+from autotune.objectives import MemoryModel, MemoryPoint, ModelSize, memory_points
+from autotune.objectives._memory_model import analytic_memory_mb, setting_of
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
