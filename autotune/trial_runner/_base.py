@@ -48,6 +48,12 @@ class RunHandle(abc.ABC):
         (then it only sweeps stragglers).
         """
 
+    def held(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        """The cores (numbers) and GPUs (as CUDA_VISIBLE_DEVICES names them) of this machine the run holds,
+        for measuring what else used them (``machine_load``); None when the run is not on this machine or
+        the launcher does not know (then the load is not measured)."""
+        return None
+
     def exit_summary(self) -> str:
         """A short human account of how the launcher saw the ranks end (e.g. 'rank 1 killed by SIGSEGV')."""
         return ""

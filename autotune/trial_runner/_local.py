@@ -124,6 +124,9 @@ class ProcessTreeHandle(RunHandle):
     def poll(self) -> int | None:
         return self.proc.poll()
 
+    def held(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        return None if self.lease is None else (self.lease.cores, self.lease.gpus)
+
     def _rank_pids(self) -> dict[int, int]:
         pids = {}
         for path in self.trial_dir.glob("rank*.pid"):

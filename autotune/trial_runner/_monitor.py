@@ -16,6 +16,7 @@ from autotune.spec import TrialLimits
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._exit import classify_exit, rank_hosts, read_json
+from autotune.trial_runner._load import LoadMeter
 from autotune.trial_runner._memory import tree_memory_mb
 from autotune.trial_runner._plan import (
     APPLIED_FILE,
@@ -94,8 +95,10 @@ class Monitor:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         device_memory: bool = False,
+        load: LoadMeter | None = None,
     ) -> None:
         self.handle = handle
+        self.load = load  # sampled every poll: the run's own CPU time, for machine_load
         self.device_memory = device_memory
         self.trial_dir = trial_dir
         self.limits = limits
@@ -150,6 +153,8 @@ class Monitor:
             if self.handle.poll() is not None:
                 verdict.windows.extend(self.tail.read())
                 return verdict
+            if self.load is not None:
+                self.load.sample_handle(self.handle, polls)
             beat = self._heartbeat_mtime()
             if beat != last_beat:
                 last_beat, last_beat_at = beat, now
@@ -213,6 +218,8 @@ def run_trial(
         ) from e
     started = time.monotonic()
     handle = launcher.launch(plan, trial_dir)
+    load = LoadMeter.for_handle(handle)  # from here: a lease's wait is not the trial's
+    load.start()
     verdict = Verdict()
     try:
         verdict = Monitor(
@@ -224,6 +231,7 @@ def run_trial(
             on_tick=on_tick,
             poll_s=poll_s,
             device_memory=plan.config.device == "cuda",
+            load=load,
         ).watch()
         if verdict.outcome in (Outcome.HANG, Outcome.TIMEOUT):
             cause = handle.diagnose()
@@ -244,6 +252,9 @@ def run_trial(
     result = TrialResult(outcome=outcome, reason=reason, wall_s=wall, trial_dir=str(trial_dir),
                          hosts=rank_hosts(trial_dir))
     result.error_lines = error_lines
+    measured = load.finish()  # the run's processes are gone and reaped
+    result.machine_load, result.busy, result.gpu_other_processes = (
+        measured.machine_load, measured.busy, measured.gpu_other_processes)
     result.take_windows(windows)
     if done:
         result.steps = int(done.get("steps", result.steps))

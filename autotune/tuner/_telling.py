@@ -49,6 +49,9 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         "threads_per_rank": result.threads_per_rank,
         "hosts": result.hosts,
         "steps": result.steps,
+        "machine_load": result.machine_load,
+        "busy": result.busy,
+        "gpu_other_processes": result.gpu_other_processes,
         "samples": result.samples,
         "windows": [
             [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]

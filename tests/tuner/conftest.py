@@ -26,7 +26,7 @@ SHORT_TRIAL = {"warmup_steps": 2, "max_steps": 14, "report_every": 3, "max_secon
 TRIAL_ATTRS = {
     "role", "config", "config_key", "outcome", "reason", "throughput_samples_s", "peak_memory_mb", "loss",
     "time_to_first_step_s", "wall_s", "training_s", "steps", "samples", "windows", "trial_dir", "error_lines",
-    "worker", "threads_per_rank", "compile_s",
+    "worker", "threads_per_rank", "compile_s", "machine_load", "busy", "gpu_other_processes",
 }
 KNOBS = {
     "batch_size", "grad_accum", "lr_scaling", "num_workers", "prefetch_factor", "pin_memory", "amp",
