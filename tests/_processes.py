@@ -25,10 +25,11 @@ def _fd_targets(pid: int) -> list[str]:
     return targets
 
 
-def _find(match: Callable[[psutil.Process, str, str], bool], exclude: tuple[int, ...]) -> list[str]:
-    """``"pid cmdline"`` of every live process for which ``match(proc, cwd, cmdline)`` holds."""
+def find_processes(match: Callable[[psutil.Process, str, str], bool], exclude: tuple[int, ...] = ()) -> list[str]:
+    """``"pid cmdline"`` of every live process for which ``match(proc, cwd, cmdline)`` holds (``proc.info`` also
+    holds its ``create_time``)."""
     found = []
-    for proc in psutil.process_iter(["pid", "cwd", "cmdline", "status"]):
+    for proc in psutil.process_iter(["pid", "cwd", "cmdline", "status", "create_time"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid in exclude:
                 continue
@@ -44,19 +45,23 @@ def leftovers(trial_dir: Path) -> list[str]:
     """Live processes of a trial: its folder in their command line (torchrun, cold ranks) or among their
     open files (ranks forked by the warm launcher and their DataLoader workers hold rank<N>.log)."""
     needle = str(trial_dir)
-    return _find(lambda proc, _cwd, cmdline: needle in cmdline
-                 or any(t.startswith(needle) for t in _fd_targets(proc.pid)), exclude=(os.getpid(),))
+    return find_processes(
+        lambda proc, _cwd, cmdline: needle in cmdline or any(t.startswith(needle) for t in _fd_targets(proc.pid)),
+        exclude=(os.getpid(),),
+    )
 
 
 def processes_in(folder: Path, exclude: tuple[int, ...] = ()) -> list[str]:
     """Processes started from ``folder`` (the tuner runs there, so its launcher, warm zygote, torchrun, ranks
     and DataLoader workers inherit it as their working directory) or naming it on their command line."""
     needle = str(folder)
-    return _find(lambda _proc, cwd, cmdline: cwd == needle or cwd.startswith(f"{needle}/") or needle in cmdline,
-                 exclude=exclude)
+    return find_processes(
+        lambda _proc, cwd, cmdline: cwd == needle or cwd.startswith(f"{needle}/") or needle in cmdline, exclude
+    )
 
 
-def _wait_empty(find: Callable[[], list[str]], within_s: float) -> list[str]:
+def wait_until_none(find: Callable[[], list[str]], within_s: float) -> list[str]:
+    """``find()`` once it finds nothing, or what it still finds after ``within_s``."""
     deadline = time.monotonic() + within_s
     while (left := find()) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -65,9 +70,9 @@ def _wait_empty(find: Callable[[], list[str]], within_s: float) -> list[str]:
 
 def wait_no_leftovers(trial_dir: Path, within_s: float = 5.0) -> list[str]:
     """:func:`leftovers` of ``trial_dir`` once none is left, or what is still alive after ``within_s``."""
-    return _wait_empty(lambda: leftovers(trial_dir), within_s)
+    return wait_until_none(lambda: leftovers(trial_dir), within_s)
 
 
 def wait_none_in(folder: Path, within_s: float = 10.0) -> list[str]:
     """:func:`processes_in` ``folder`` once none is left, or what is still alive after ``within_s``."""
-    return _wait_empty(lambda: processes_in(folder), within_s)
+    return wait_until_none(lambda: processes_in(folder), within_s)

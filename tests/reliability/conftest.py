@@ -24,7 +24,7 @@ import psutil
 import pytest
 import yaml
 
-from tests._processes import wait_no_leftovers
+from tests._processes import find_processes, wait_no_leftovers, wait_until_none
 from tests.tuner import conftest as tuner
 
 HERE = Path(__file__).parent
@@ -73,26 +73,12 @@ def _carries(proc: psutil.Process, mark: str) -> bool:
 def marked_processes(mark: str, *, since: float = 0.0, needle: str = "") -> list[str]:
     """Live processes carrying ``mark`` (started by this test), created after ``since``, whose command line
     contains ``needle``."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status", "create_time"]):
-        try:
-            if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.info["create_time"] < since - 1:
-                continue
-            cmdline = " ".join(proc.info["cmdline"] or ())
-            if needle in cmdline and _carries(proc, mark):
-                found.append(f"{proc.pid} {cmdline}")
-        except psutil.Error:
-            continue
-    return found
+    return find_processes(lambda proc, _cwd, cmdline: proc.info["create_time"] >= since - 1 and needle in cmdline
+                          and _carries(proc, mark), exclude=(os.getpid(),))
 
 
 def wait_none_marked(mark: str, *, since: float = 0.0, needle: str = "", within_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + within_s
-    while (left := marked_processes(mark, since=since, needle=needle)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
+    return wait_until_none(lambda: marked_processes(mark, since=since, needle=needle), within_s)
 
 
 def assert_nothing_left(sd: StudyDir, since: float) -> None:
