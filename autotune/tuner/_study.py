@@ -16,6 +16,9 @@ from autotune.spec import StudySpec, redact_url
 from autotune.tuner._sampling import make_pruner, make_sampler
 from autotune.tuner._storage import SCHEMA_LOCK, make_storage, missing_sqlite_file, quiet, study_lock
 from autotune.version import __version__
+from autotune.workload_check import cpu_model, study_fingerprint
+
+FINGERPRINT_ATTR = "autotune_fingerprint"  # the study's context (workload_check.study_fingerprint), set at creation
 
 
 def open_study(
@@ -63,6 +66,7 @@ def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, 
                     "machine": machine_facts(),
                 },
             )
+            study.set_user_attr(FINGERPRINT_ATTR, study_fingerprint(spec))
             return study
     study = optuna.load_study(
         study_name=spec.name, storage=storage, sampler=make_sampler(spec, space), pruner=make_pruner(spec)
@@ -92,18 +96,16 @@ def read_study(spec: StudySpec, storage_url: str | None = None) -> optuna.Study:
 
 
 def machine_facts() -> dict[str, Any]:
-    """Where the study is measured, for reports that travel: host, cores, CPU model, memory, versions."""
+    """Where the study is measured, for reports that travel: host, cores, CPU model, memory, versions. (A warm
+    start compares the ``autotune_fingerprint`` attribute instead: ``workload_check.study_fingerprint``.)"""
     import platform
 
     import psutil
 
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
     facts: dict[str, Any] = {
         "host": platform.node(),
         "cpus": len(os.sched_getaffinity(0)),
-        "cpu_model": model or platform.processor(),
+        "cpu_model": cpu_model(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(),
         "optuna": optuna.__version__,
