@@ -14,8 +14,8 @@ from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
 from autotune.objectives import compile_payback, complete_trials
 from autotune.spec import StudySpec
-from autotune.tuner import TuneSummary, read_study, summarize
-from autotune.workload_check import load_spec
+from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, read_study, summarize, warm_start_line
+from autotune.workload_check import describe_fingerprint, load_spec
 
 
 def load_summary(study_file: str, storage: str | None = None) -> tuple[StudySpec, TuneSummary]:
@@ -77,6 +77,11 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
     target = spec.budget.n_trials
     budget = f"budget {target}" if target is not None else "no trial limit"
     console.print(f"[bold]{spec.name}[/]  {len(trials)} trials stored ({budget})")
+    fingerprint = study.user_attrs.get(FINGERPRINT_ATTR)
+    for line in describe_fingerprint(fingerprint) if isinstance(fingerprint, dict) else []:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    if warm_start_line(study):
+        console.print(escape(str(warm_start_line(study))), highlight=False, soft_wrap=True)
     console.print("  ".join(f"[{OUTCOME_STYLE.get(k, 'white')}]{k}[/]: {v}" for k, v in sorted(summary.counts.items()))
                   or "no trial yet")
     running = [t for t in trials if t.state == TrialState.RUNNING]

@@ -63,6 +63,11 @@ class StudySpec(BaseModel):
         default_factory=dict,
         description="knob values overriding the workload's default configuration for the baseline trial",
     )
+    warm_start: bool = Field(
+        True, strict=True,
+        description="start a new study from the best configurations of earlier studies in the same storage "
+        "with the same (or a close) machine and model; false: start from nothing",
+    )
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="<python>")

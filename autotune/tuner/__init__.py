@@ -24,9 +24,11 @@ from autotune.tuner._roles import (
 )
 from autotune.tuner._sampling import FeasibleReferences, float_grid, grid_points, make_pruner, make_sampler
 from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
-from autotune.tuner._study import feasible, machine_facts, open_study, read_study
+from autotune.tuner._study import FINGERPRINT_ATTR, feasible, machine_facts, open_study, read_study
+from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_line
 
 __all__ = [
+    "FINGERPRINT_ATTR",
     "FINISHED",
     "GRACE_PERIOD_S",
     "HEARTBEAT_INTERVAL_S",
@@ -34,6 +36,7 @@ __all__ = [
     "ROLE_BASELINE",
     "ROLE_CONFIRM",
     "ROLE_SEARCH",
+    "WARM_START_ATTR",
     "FeasibleReferences",
     "Interrupted",
     "Landscape",
@@ -43,6 +46,7 @@ __all__ = [
     "PartialGPSampler",
     "TuneSummary",
     "Tuner",
+    "WarmStart",
     "attach_trial_artifacts",
     "chosen",
     "confirmation_record",
@@ -62,4 +66,5 @@ __all__ = [
     "study_lock",
     "summarize",
     "top_groups",
+    "warm_start_line",
 ]

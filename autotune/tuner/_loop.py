@@ -42,6 +42,7 @@ from autotune.tuner._roles import ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, coun
 from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
 from autotune.tuner._telling import pruning_hook, tell, tell_interrupted
+from autotune.tuner._warm_start import warm_start
 
 WAIT_FOR_OTHERS_S = 1.0  # a worker whose budget is taken by running trials elsewhere re-checks this often
 
@@ -161,13 +162,17 @@ class Tuner:
         return recover(study, self.identity)
 
     def ensure_baseline(self, study: optuna.Study) -> None:
-        """Queue the workload's default configuration as the first trial, once per study."""
+        """Queue the workload's default configuration as the first trial, once per study, then the warm
+        start's configurations (:func:`autotune.tuner._warm_start.warm_start`)."""
         if any(t.user_attrs.get("role") == ROLE_BASELINE for t in study.get_trials(deepcopy=False)):
             return
         config = self.space.default_config(self.spec.baseline)
         study.enqueue_trial(
             self._admissible_params(config), user_attrs={"role": ROLE_BASELINE, "config": config.model_dump()}
         )
+        started = warm_start(study, self.spec, self.space, config)
+        if started.line:
+            self.observer.warm_started(started.line)
 
     def _admissible_params(self, config: TrialConfig) -> dict[str, Any]:
         """The config's values of searched knobs that lie inside the space (others cannot be Optuna params)."""

@@ -19,6 +19,10 @@ class Observer:
     def study_opened(self, study: optuna.Study, target: int | None, done: int) -> None:
         """The study is loaded; ``done`` of ``target`` search trials are already finished (None: no limit)."""
 
+    def warm_started(self, line: str) -> None:
+        """A new study queued earlier studies' best configurations after its baseline; ``line`` says from
+        where (or why none was used)."""
+
     def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
         """A trial is about to launch (``index`` counts this run's search trials, 1-based)."""
 
