@@ -7,6 +7,7 @@ the report's headline, ``calibrate()`` and the stored ``autotune_confirmation`` 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import optuna
@@ -15,6 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, choose_best, group_measurements
+from autotune.objectives._noise import Separation, far_off, ratio_half_width, separation
 
 ROLE_BASELINE, ROLE_CONFIRM = "baseline", "confirm"
 THROUGHPUT = "throughput_samples_s"
@@ -29,7 +31,10 @@ class Choice:
     ``default_is_best`` says so; ``speedup`` is best over baseline of throughput (1.0 when the default is
     chosen; None without a measured baseline or when the first objective is not throughput);
     ``confirmed`` is True once confirmation runs measured the candidates; ``candidates`` are the groups
-    the choice was made among.
+    the choice was made among. How sure it is: ``runner_up`` (the best other candidate) and ``versus``
+    (``best`` against it: separated or not, the gain and its interval); ``speedup_half_width`` (relative)
+    of the speed-up, both spreads propagated; ``left_out``: the study's first trial when it read far
+    below its own re-runs (it is re-measured, not averaged in). :meth:`statement` says it in one line.
     """
 
     best: Group | None
@@ -38,6 +43,30 @@ class Choice:
     default_is_best: bool
     confirmed: bool
     candidates: tuple[Group, ...]
+    runner_up: Group | None = None
+    versus: Separation | None = None
+    speedup_half_width: float | None = None
+    left_out: tuple[int, ...] = ()
+
+    @property
+    def separated(self) -> bool:
+        """The winner's interval clears the runner-up's (True, too, when nothing else was measured)."""
+        return self.best is not None and (self.versus is None or self.versus.separated)
+
+    def statement(self, name_of: Callable[[Group], str] | None = None) -> str | None:
+        """``best by 12% (± 5%) over #7`` or ``tied within noise with #7 (...)``: how the winner compares
+        with the runner-up; None without a winner. ``name_of`` names a group (default: its first trial)."""
+        if self.best is None:
+            return None
+        name = name_of or (lambda g: f"#{g.trials[0]}")
+        if self.runner_up is None or self.versus is None:
+            return "the only configuration measured to the end"
+        versus = self.versus
+        width = versus.gain_half_width
+        interval = "interval unknown: measured once" if width is None else f"± {width:.0%}"
+        if versus.separated:
+            return f"best by {versus.gain:.0%} ({interval}) over {name(self.runner_up)}"
+        return f"tied within noise with {name(self.runner_up)} ({versus.gain:+.0%}, {interval})"
 
 
 def is_reference(trial: FrozenTrial) -> bool:
@@ -53,11 +82,12 @@ def is_reference(trial: FrozenTrial) -> bool:
     return all(v <= 0 for v in trial.constraints.values())
 
 
-def measured_groups(study: optuna.Study, metric: str) -> list[Group]:
-    """Feasible complete measurements of ``metric`` grouped by configuration (every role)."""
+def measured_groups(study: optuna.Study, metric: str, exclude: Collection[int] = ()) -> list[Group]:
+    """Feasible complete measurements of ``metric`` grouped by configuration (every role), but the trials
+    in ``exclude``. A throughput measurement carries its trial's window interval (``throughput_spread``)."""
     records = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if not is_reference(t) or "config" not in t.user_attrs:
+        if not is_reference(t) or "config" not in t.user_attrs or t.number in exclude:
             continue
         value = t.user_attrs.get(metric)
         if value is None or not math.isfinite(float(value)):
@@ -65,7 +95,7 @@ def measured_groups(study: optuna.Study, metric: str) -> list[Group]:
         key = str(t.user_attrs.get("config_key") or config_key(t.user_attrs["config"]))
         records.append(
             (t.number, key, dict(t.user_attrs["config"]), float(value), t.user_attrs.get("peak_memory_mb"),
-             t.user_attrs.get("loss"))
+             t.user_attrs.get("loss"), t.user_attrs.get("throughput_spread") if metric == THROUGHPUT else None)
         )
     return group_measurements(records)
 
@@ -101,20 +131,37 @@ def choose(study: optuna.Study, metric: str | None = None, direction: str | None
     groups = measured_groups(study, metric)
     baseline_keys = _role_keys(study, ROLE_BASELINE)
     baseline = next((g for g in groups if g.config_key in baseline_keys), None)
+    left_out = _first_far_off(baseline, direction)
+    if left_out:
+        groups = measured_groups(study, metric, exclude=left_out)
+        baseline = next((g for g in groups if g.config_key in baseline_keys), None)
     confirmed_keys = _role_keys(study, ROLE_CONFIRM)
     candidates = [g for g in groups if g.config_key in confirmed_keys or g is baseline]
     if not any(g.config_key in confirmed_keys for g in candidates):
         candidates = groups  # no confirmation run measured anything yet
     confirmed = CONFIRMATION_ATTR in study.user_attrs and candidates is not groups
     if not candidates:
-        return Choice(None, baseline, None, False, False, ())
+        return Choice(None, baseline, None, False, False, (), left_out=left_out)
     best = choose_best(candidates, direction)
     if baseline is not None and best is not baseline:
         margin = max(best.spread, baseline.spread)
         if not _clearly_better(best.median, baseline.median, margin, direction == "maximize"):
             best = baseline
     default_is_best = baseline is not None and best is baseline
-    speedup = None
+    speedup = speedup_half_width = None
     if baseline is not None and metric == THROUGHPUT and baseline.median > 0:
         speedup = 1.0 if default_is_best else best.median / baseline.median
-    return Choice(best, baseline, speedup, default_is_best, confirmed, tuple(candidates))
+        speedup_half_width = 0.0 if default_is_best else ratio_half_width(best, baseline)
+    others = [g for g in candidates if g.config_key != best.config_key]
+    runner_up = choose_best(others, direction) if others else None
+    versus = separation(best, runner_up, direction) if runner_up is not None else None
+    return Choice(best, baseline, speedup, default_is_best, confirmed, tuple(candidates), runner_up, versus,
+                  speedup_half_width, left_out)
+
+
+def _first_far_off(baseline: Group | None, direction: str) -> tuple[int, ...]:
+    """The baseline's first measurement (the study's first trial), when it reads far worse than the
+    baseline's later measurements, its re-runs (:func:`autotune.objectives._noise.far_off`)."""
+    if baseline is None or len(baseline.values) < 2:
+        return ()
+    return baseline.trials[:1] if far_off(baseline.values[0], baseline.values[1:], direction) else ()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from autotune.objectives._dominance import DIRECTIONS
+from autotune.objectives._noise import half_width
 
 
 class Measurement(NamedTuple):
@@ -20,9 +21,10 @@ class Measurement(NamedTuple):
     value: float  # the confirmed metric (e.g. throughput_samples_s)
     peak_memory_mb: float | None
     loss: float | None
+    within: float | None = None  # the trial's own window-to-window interval (throughput_spread), if known
 
 
-Record = tuple[int, str, Mapping[str, Any], float, float | None, float | None]
+Record = tuple[Any, ...]  # a Measurement's fields in order (``within`` may be left out)
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,9 @@ class Group:
     """The measurements of one configuration: the ``Group`` of docs/storage.md.
 
     ``spread`` is (max - min) / |median| of ``values`` (0 for a single value); ``peak_memory_mb`` and
-    ``loss`` are the medians of the known ones (None when none is known).
+    ``loss`` are the medians of the known ones (None when none is known); ``half_width`` is the relative
+    half-width of the ~95% interval of ``median`` (:func:`autotune.objectives._noise.half_width`; None when
+    it cannot be told: measured once without a window interval).
     """
 
     config_key: str
@@ -41,6 +45,7 @@ class Group:
     spread: float
     peak_memory_mb: float | None
     loss: float | None
+    half_width: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The Group JSON stored in the ``autotune_confirmation`` study attribute."""
@@ -53,6 +58,7 @@ class Group:
             "spread": self.spread,
             "peak_memory_mb": self.peak_memory_mb,
             "loss": self.loss,
+            "half_width": self.half_width,
         }
 
     @classmethod
@@ -67,6 +73,7 @@ class Group:
             spread=float(data["spread"]),
             peak_memory_mb=None if data["peak_memory_mb"] is None else float(data["peak_memory_mb"]),
             loss=None if data["loss"] is None else float(data["loss"]),
+            half_width=None if data.get("half_width") is None else float(data["half_width"]),
         )
 
 
@@ -99,6 +106,7 @@ def _group(key: str, members: Sequence[Measurement]) -> Group:
         spread=_spread(values, median),
         peak_memory_mb=_median_of_known(m.peak_memory_mb for m in members),
         loss=_median_of_known(m.loss for m in members),
+        half_width=half_width(values, (m.within for m in members)),
     )
 
 

@@ -207,3 +207,21 @@ class ConfirmSpec(BaseModel):
     repeats: int = Field(2, ge=1, description="extra runs of each")
 
 
+    max_repeats: int | None = Field(
+        None, ge=1,
+        description="the most extra runs of the two leading configurations: after `repeats`, the winner and the "
+        "runner-up are re-run, one each at a time, until their ~95% intervals separate or each has this many; "
+        "null: repeats + 2",
+    )
+
+    @model_validator(mode="after")
+    def _max_at_least_repeats(self) -> ConfirmSpec:
+        if self.max_repeats is not None and self.max_repeats < self.repeats:
+            raise ValueError(
+                f"max_repeats ({self.max_repeats}) is below repeats ({self.repeats}); raise it or leave it out"
+            )
+        return self
+
+    def most_repeats(self) -> int:
+        """The most confirmation runs of one configuration (``max_repeats``, by default ``repeats + 2``)."""
+        return self.max_repeats if self.max_repeats is not None else self.repeats + 2

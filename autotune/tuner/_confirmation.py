@@ -32,8 +32,11 @@ def confirm(
     deadline: float | None = None,
 ) -> None:
     """Re-measure the top configurations and the baseline, interleaved, until each has ``repeats``
-    confirmation runs; the summary then picks the best by the median of all its measurements. A run
-    expected to end past ``deadline`` (``clock``'s time) is not started."""
+    confirmation runs; then, while the winner's interval overlaps the runner-up's, both once more each
+    (and the baseline once more when its first trial read far below its re-runs and was left out), until
+    they separate or each has ``max_repeats`` (:func:`more_runs`). The summary then picks the best by the
+    median of all its measurements. A run expected to end past ``deadline`` (``clock``'s time) is not
+    started."""
     settings = spec.confirm
     if settings.top_k == 0:
         return
@@ -46,10 +49,8 @@ def confirm(
         candidates.append(baseline)
     done = {g.config_key: _confirm_count(study, g.config_key) for g in candidates}
     runs = sum(max(0, settings.repeats - done[g.config_key]) for g in candidates)
-    if runs == 0:
-        study.set_user_attr("autotune_confirmation", confirmation_record(study, spec))
-        return
-    observer.confirming(runs)
+    if runs:
+        observer.confirming(runs)
     walls = wall_times(study)
     expected = statistics.median(walls) if walls else 0.0
     for repeat in range(settings.repeats):
@@ -59,7 +60,32 @@ def confirm(
             if deadline is not None and clock() + expected > deadline:
                 break
             run(group)
+    while more := more_runs(study, spec):
+        if deadline is not None and clock() + expected * len(more) > deadline:
+            break
+        observer.confirming(len(more))
+        for group in more:
+            run(group)
     study.set_user_attr("autotune_confirmation", confirmation_record(study, spec))
+
+
+def more_runs(study: optuna.Study, spec: StudySpec) -> list[Group]:
+    """The configurations to re-run once more, none when the choice is sure: the winner and the runner-up
+    while their intervals overlap, and the baseline while its far-off first trial is left out and it has
+    no second re-run; each only while it has fewer than ``confirm.max_repeats`` confirmation runs."""
+    choice = chosen(study, spec)
+    most = spec.confirm.most_repeats()
+    wanted: list[Group] = []
+    if not choice.separated:
+        wanted += [g for g in (choice.best, choice.runner_up) if g is not None]
+    baseline = choice.baseline
+    if choice.left_out and baseline is not None and len(baseline.values) < 2:
+        wanted.append(baseline)
+    out: list[Group] = []
+    for group in wanted:
+        if group.config_key not in {g.config_key for g in out} and _confirm_count(study, group.config_key) < most:
+            out.append(group)
+    return out
 
 
 def confirm_reserve_s(study: optuna.Study, spec: StudySpec, timeout_s: float | None) -> float:
@@ -142,4 +168,9 @@ def confirmation_record(study: optuna.Study, spec: StudySpec) -> dict[str, Any]:
         "speedup": choice.speedup,
         "default_is_best": choice.default_is_best,
         "metric": spec.objectives[0].key,
+        "runner_up": choice.runner_up.to_json() if choice.runner_up else None,
+        "separated": choice.separated,
+        "statement": choice.statement(),
+        "speedup_half_width": choice.speedup_half_width,
+        "left_out": list(choice.left_out),
     }

@@ -89,8 +89,10 @@ def test_to_json_is_the_group_of_storage_md() -> None:
         "spread": pytest.approx(0.2),
         "peak_memory_mb": 510.0,
         "loss": 2.2,
+        "half_width": pytest.approx(4.303 * 10.0 / math.sqrt(3) / 100.0, rel=1e-3),  # t(2) s / sqrt(n) / median
     }
-    assert list(data) == ["config_key", "config", "trials", "values", "median", "spread", "peak_memory_mb", "loss"]
+    assert list(data) == ["config_key", "config", "trials", "values", "median", "spread", "peak_memory_mb", "loss",
+                          "half_width"]
     assert json.loads(json.dumps(data)) == data  # plain JSON, as Optuna stores user attributes
 
 

@@ -1,0 +1,102 @@
+"""Noise in measurements: a configuration's interval, whether two configurations separate, the speed-up's
+interval, the first trial that read far below its re-runs, and the trials measured on a busy machine.
+
+A configuration measured n times has the ~95% interval ``median ± t(n-1) · s / √n`` (Student's t for its
+n - 1 degrees of freedom, s the sample standard deviation), but never narrower than the trial's own
+window-to-window interval (``throughput_spread``, per trial, over √n); measured once, the window interval
+alone. Relative half-widths throughout: 0.04 is ±4%.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+# Student's t, two-sided 95%, by degrees of freedom (1..30); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+# The study's first trial (the baseline) is re-measured, not averaged in, when it reads this much worse than
+# the median of its own re-runs (below it for a metric to maximize): a cold first run (page cache, imports,
+# the first torchrun) rather than the configuration. The issue's quickstart read 922 against 1,605 (43%).
+FIRST_TRIAL_FAR_OFF = 0.2
+
+
+def t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
+def half_width(values: Sequence[float], within: Iterable[float | None] = ()) -> float | None:
+    """The relative half-width of a configuration's ~95% interval (module docstring); None when it cannot
+    be told (one measurement and no window interval)."""
+    center = statistics.median(values) if values else 0.0
+    known = [w for w in within if w is not None and math.isfinite(w)]
+    window = statistics.median(known) / math.sqrt(len(values)) if known and values else None
+    if len(values) < 2 or center == 0:
+        return window
+    between = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) / abs(center)
+    return max(between, window or 0.0)
+
+
+class Separation(NamedTuple):
+    """The winner against the runner-up: ``gain`` is how much better the winner's median is (0.12: 12%),
+    ``gain_half_width`` its ~95% half-width (both intervals propagated); ``separated`` when the two
+    intervals do not overlap."""
+
+    separated: bool
+    gain: float
+    gain_half_width: float | None
+
+
+def separation(best: Any, other: Any, direction: str) -> Separation:
+    """Whether ``best``'s interval clears ``other``'s (Groups: ``median``, ``half_width``)."""
+    maximize = direction == "maximize"
+    if best.median == 0 or other.median == 0:
+        return Separation(False, 0.0, None)
+    ratio = best.median / other.median if maximize else other.median / best.median
+    hb, ho = best.half_width, other.half_width
+    if hb is None or ho is None:
+        return Separation(False, ratio - 1, None)
+    width = ratio * math.hypot(hb, ho)
+    if maximize:
+        apart = best.median * (1 - hb) > other.median * (1 + ho)
+    else:
+        apart = best.median * (1 + hb) < other.median * (1 - ho)
+    return Separation(apart, ratio - 1, width)
+
+
+def ratio_half_width(a: Any, b: Any) -> float | None:
+    """The relative half-width of ``a.median / b.median``: both intervals propagated (in quadrature)."""
+    if a.half_width is None or b.half_width is None:
+        return None
+    return math.hypot(a.half_width, b.half_width)
+
+
+def far_off(first: float, reruns: Sequence[float], direction: str) -> bool:
+    """Whether a first measurement reads far worse than its re-runs' median (:data:`FIRST_TRIAL_FAR_OFF`)."""
+    if not reruns:
+        return False
+    center = statistics.median(reruns)
+    if direction == "maximize":
+        return first < (1 - FIRST_TRIAL_FAR_OFF) * center
+    return first * (1 - FIRST_TRIAL_FAR_OFF) > center
+
+
+def busy_trials(study: Any) -> list[int]:
+    """The numbers of the finished trials measured on a busy machine (their ``busy`` attribute)."""
+    return [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("busy") is True]
+
+
+def busy_warning(study: Any) -> str | None:
+    """One line naming the trials measured on a busy machine; None when there were none."""
+    numbers = busy_trials(study)
+    if not numbers:
+        return None
+    loads = [t.user_attrs.get("machine_load") for t in study.get_trials(deepcopy=False) if t.number in numbers]
+    worst = max((v for v in loads if isinstance(v, (int, float))), default=None)
+    shown = ", ".join(f"#{n}" for n in numbers[:12]) + (f" and {len(numbers) - 12} more" if len(numbers) > 12 else "")
+    heaviest = f"; others used up to {worst:.0%} of their cores" if worst is not None else ""
+    return (f"warning: {len(numbers)} trial(s) measured on a busy machine ({shown}{heaviest}): their numbers are "
+            "noisy; re-run the study when the machine is quiet")

@@ -1,0 +1,80 @@
+"""The confirmation stage through the real Tuner (a replayed landscape): it repeats the leading
+configurations until the winner's interval separates from the runner-up's or ``confirm.max_repeats`` is
+spent, and re-measures a first trial that read far below its re-run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import optuna
+
+from autotune.search_space import TrialConfig
+from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, replay_runner
+from autotune.workload_check import load_spec
+
+from .conftest import StudyDir
+
+SPACE = {"batch_size": {"choices": [16, 32, 64]}}
+TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
+
+
+def _run(sd: StudyDir, landscape: Callable[[TrialConfig, int], Measured], n_trials: int = 4) -> TuneSummary:
+    spec = load_spec(str(sd.file))
+    return Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=n_trials)
+
+
+def _confirm_runs(study: optuna.Study) -> Counter[int]:
+    return Counter(t.user_attrs["config"]["batch_size"] for t in study.get_trials(deepcopy=False)
+                   if t.user_attrs.get("role") == "confirm")
+
+
+def test_overlapping_leaders_are_rerun_until_max_repeats_then_called_a_tie(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # 32 (the baseline) and 64 alternate +-15% around 1000 and 1030: they never separate.
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        centre = {16: 600.0, 32: 1000.0, 64: 1030.0}[config.batch_size]
+        return Measured(centre * (1.15 if repeat % 2 else 0.85))
+
+    sd = study_dir("noisy-tie", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
+                   pruner={"name": "none"}, confirm={"top_k": 2, "repeats": 1, "max_repeats": 3})
+    summary = _run(sd, landscape)
+    runs = _confirm_runs(summary.study)
+    assert runs[32] == 3 and runs[64] == 3  # the two leaders, to max_repeats
+    assert runs[16] == 0  # not among the top_k
+    record = summary.study.user_attrs["autotune_confirmation"]
+    assert record["separated"] is False and record["statement"].startswith("tied within noise with #")
+
+
+def test_separated_leaders_stop_at_repeats_and_say_best_by(study_dir: Callable[..., StudyDir]) -> None:
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        centre = {16: 600.0, 32: 1000.0, 64: 1500.0}[config.batch_size]
+        return Measured(centre * (1.01 if repeat % 2 else 0.99))
+
+    sd = study_dir("noisy-apart", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
+                   pruner={"name": "none"}, confirm={"top_k": 1, "repeats": 2, "max_repeats": 6})
+    summary = _run(sd, landscape)
+    assert _confirm_runs(summary.study) == Counter({64: 2, 32: 2})  # separated after `repeats`: no more
+    record = summary.study.user_attrs["autotune_confirmation"]
+    assert record["separated"] is True and record["statement"].startswith("best by 49% (± ")  # 1485 / 1000
+    assert record["statement"].endswith("over #0")  # the runner-up: the baseline
+    assert record["speedup_half_width"] is not None and record["speedup_half_width"] < 0.2
+
+
+def test_a_first_trial_far_below_its_rerun_is_remeasured_not_averaged_in(study_dir: Callable[..., StudyDir]) -> None:
+    # The baseline (32) reads 922 as the study's first trial and 1,605 after; 64 reads 2,809.
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        if config.batch_size == 32:
+            return Measured(922.0 if repeat == 0 else 1605.0)
+        return Measured({16: 600.0, 64: 2809.0}[config.batch_size])
+
+    # (The baseline's batch, 32, is not searched: its only measurements are the baseline and confirmations.)
+    sd = study_dir("cold-baseline", search_space={"batch_size": {"choices": [16, 64]}}, trial=TRIAL,
+                   sampler={"name": "grid"}, pruner={"name": "none"}, confirm={"top_k": 1, "repeats": 1})
+    summary = _run(sd, landscape, n_trials=3)
+    record = summary.study.user_attrs["autotune_confirmation"]
+    assert record["left_out"] == [0]
+    assert _confirm_runs(summary.study)[32] == 2  # re-measured once more after the first was left out
+    assert record["baseline"]["values"] == [1605.0, 1605.0]
+    assert f"{summary.speedup:.2f}" == "1.75"  # not the 2.23x of the cold first trial averaged in
