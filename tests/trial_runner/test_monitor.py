@@ -153,7 +153,7 @@ def test_a_rank_and_its_forked_workers_count_shared_pages_once() -> None:
     # A "rank" touches 300 MB, then forks two "DataLoader workers" that only sleep: their pages are the
     # rank's, copy-on-write. Summed RSS says ~900 MB; the memory autotune measures (PSS) about 300 MB, so
     # num_workers is not charged for memory it does not use.
-    from autotune.trial_runner._monitor import tree_memory_mb
+    from autotune.trial_runner._memory import tree_memory_mb
 
     script = (
         "import os, sys, time\n"
