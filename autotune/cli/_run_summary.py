@@ -17,7 +17,7 @@ from autotune.search_space import TrialConfig
 
 def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     """The final table of `autotune run`: the chosen configuration against the baseline."""
-    from autotune.tuner import TuneSummary
+    from autotune.tuner import TuneSummary, not_launched
 
     assert isinstance(summary, TuneSummary)
     best, base = summary.best, summary.baseline
@@ -85,6 +85,10 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{' (confirmed by re-runs)' if summary.confirmed else ''}[/]")
+    skipped = not_launched(summary.study)
+    if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
+        console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
+                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)})", highlight=False)
     if summary.best_config.compile != "off":
         rows = complete_trials(summary.study)
         chosen = next((r for r in rows if r["number"] == summary.best_trial), None)

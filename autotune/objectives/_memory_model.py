@@ -196,19 +196,25 @@ class MemoryModel:
         return None
 
     def _bounded(self, config: Mapping[str, Any], prediction: MemoryPrediction | None) -> MemoryPrediction | None:
-        """At least the peak of an out-of-memory trial of the same setting with no larger batch."""
+        """At least the peak of an out-of-memory trial of the same setting with no larger batch (certain);
+        between a measured batch and a larger one that ran out, at least the line through the two."""
         setting, batch = setting_of(config), float(config.get("batch_size", 1))
-        floors = [
-            p.peak_mb for p in self.bounds
-            if setting_of(p.config) == setting and float(p.config.get("batch_size", 1)) <= batch
+        bounds = [
+            (float(p.config.get("batch_size", 1)), p.peak_mb) for p in self.bounds if setting_of(p.config) == setting
         ]
-        if not floors:
-            return prediction
-        floor = max(floors)
-        if prediction is not None and prediction.mb - prediction.error_mb >= floor:
-            return prediction
-        mb = max(floor, prediction.mb if prediction is not None else floor)
-        return MemoryPrediction(mb, 0.0, "out of memory at a batch no larger", self.n_trials, certain=True)
+        floors = [y for x, y in bounds if x <= batch]
+        if floors:
+            floor = max(floors)
+            if prediction is not None and prediction.mb - prediction.error_mb >= floor:
+                return prediction
+            mb = max(floor, prediction.mb if prediction is not None else floor)
+            return MemoryPrediction(mb, 0.0, "out of memory at a batch no larger", self.n_trials, certain=True)
+        below = [(x, y) for x, y in self._settings.get(setting, []) if x < batch]
+        lines = [y0 + (yb - y0) * (batch - x0) / (xb - x0) for x0, y0 in below for xb, yb in bounds if xb > batch]
+        if lines and (prediction is None or max(lines) > prediction.mb):
+            mb = max(lines)  # a lower bound while memory is linear in the batch
+            return MemoryPrediction(mb, NOISE_FLOOR * mb, "between a measured batch and an oom", self.n_trials)
+        return prediction
 
 
 def _line(xy: Sequence[tuple[float, float]]) -> tuple[float, float] | None:

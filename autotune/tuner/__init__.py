@@ -10,6 +10,7 @@ from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
 from autotune.tuner._gp import PartialGPSampler
 from autotune.tuner._loop import Tuner
+from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import Interrupted
 from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
@@ -59,7 +60,9 @@ __all__ = [
     "make_sampler",
     "make_storage",
     "measured_groups",
+    "not_launched",
     "open_study",
+    "predict_memory",
     "read_study",
     "recorded_runner",
     "replay_runner",

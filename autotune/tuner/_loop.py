@@ -28,6 +28,7 @@ from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
+from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import (
     Heartbeat,
@@ -207,6 +208,10 @@ class Tuner:
             trial.set_user_attr(name, value)
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
+        skipped = memory_gate(self.spec, study, trial, config, role, trial_dir, self.tell)  # predicted over budget
+        if skipped is not None:
+            self.observer.trial_finished(trial.number, role, config, skipped)
+            return skipped
         on_window = self._pruning(study, trial, prune=role == ROLE_SEARCH)
         beat = Heartbeat(study, trial, self.clock)
 
