@@ -4,10 +4,11 @@ When a study is created (its baseline queued), the other studies in the same sto
 fingerprints (:func:`autotune.workload_check.study_fingerprint`, the ``autotune_fingerprint`` attribute).
 One trains another model or runs on another kind of device: its configurations are not used, and the line
 says so. The others are ranked: the same fingerprint first, then the fewest differences, then the most
-recent. From the first that is finished (no trial running or waiting) and measured something, the top few
-configurations (:func:`autotune.objectives.choose`'s choice first, then its measured configurations by
-median, those that beat its own baseline) are projected onto this study's space and queued right after
-the baseline, as search trials: they count toward the budget and are scored and pruned like any other.
+recent. From the first that is finished (no trial running) and measured something, the top few
+configurations (3, fewer when the study file's budget leaves fewer trials after the baseline;
+:func:`autotune.objectives.choose`'s choice first, then its measured configurations by median that beat its
+own baseline) are projected onto this study's space and queued right after the baseline, as search
+trials: they count toward the budget and are scored and pruned like any other.
 
 Projection: a searched knob takes the earlier value when this space holds it; a number outside the range
 is clipped into it, a choice this space lacks is dropped (this study's baseline value instead); knobs this
@@ -96,10 +97,12 @@ def plan(study: optuna.Study, spec: StudySpec, space: SearchSpace, baseline: Tri
         else:
             refused.append((other.study_name, comparison))
     baseline_key = config_key(baseline.model_dump())
+    budget = spec.budget.n_trials
+    top = TOP if budget is None else max(0, min(TOP, budget - 1))  # the baseline is one of the budget's trials
     for _, _, name, comparison in sorted(usable):
         source = optuna.load_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler())
-        if source.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-            continue  # not finished: another tuner is still running it
+        if source.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            continue  # not finished: another tuner is still running it (queued trials left over do not count)
         best = best_configurations(source)
         if not best:
             continue
@@ -108,6 +111,8 @@ def plan(study: optuna.Study, spec: StudySpec, space: SearchSpace, baseline: Tri
         notes: list[str] = []
         keys = {baseline_key}
         for number, config in best:
+            if len(configs) >= top:
+                break
             projected, changed = project(space, config, baseline)
             key = config_key(projected.model_dump())
             if key in keys:
@@ -116,8 +121,6 @@ def plan(study: optuna.Study, spec: StudySpec, space: SearchSpace, baseline: Tri
             configs.append(projected.model_dump(mode="json"))
             numbers.append(number)
             notes.extend(f"trial {number}: {c}" for c in changed)
-            if len(configs) == TOP:
-                break
         line = _line(name, len(configs), comparison, notes)
         return WarmStart(True, line, name, comparison.close, tuple(configs), tuple(notes), tuple(numbers))
     if refused:
