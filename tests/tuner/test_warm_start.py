@@ -153,6 +153,13 @@ def test_a_resumed_study_does_not_queue_twice(earlier: tuple[StudyDir, optuna.St
     assert len({t.user_attrs["config_key"] for t in warm_trials(b)}) == queued
 
 
+def test_no_more_are_queued_than_the_budget_leaves(earlier: tuple[StudyDir, optuna.Study]) -> None:
+    sd, _ = earlier
+    b, lines = replay(spec_of(sd, "b", "budget.n_trials=2"), 2)
+    assert len(warm_trials(b)) == 1 and lines[0].startswith("warm start: 1 configuration from study 'a'")
+    assert not b.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+
+
 def test_projection_clips_drops_and_fixes(tmp_path: Path) -> None:
     sd = make_study(tmp_path / "p", "p", search_space={
         "batch_size": {"low": 8, "high": 32, "step": 8}, "amp": {"choices": ["off"]}, "world_size": {"choices": [1, 2]},
