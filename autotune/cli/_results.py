@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autotune.cli._run_summary import noise_lines
 from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
 from autotune.objectives import compile_payback, complete_trials
@@ -46,6 +47,8 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
             "loss": summary.best.loss,
         },
         "speedup_vs_baseline": summary.speedup,
+        "speedup_half_width": summary.speedup_half_width,
+        "statement": summary.statement,
         "default_is_best": summary.default_is_best,
         "env": dict(config.env),
         **_knob_measurements(summary),
@@ -92,20 +95,32 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         console.print(f"running: #{t.number} for {now - started:.0f} s on {worker.get('host', '?')} "
                       f"(pid {worker.get('pid', '?')})")
     table = Table(box=None, header_style="dim")
-    for name in ("#", "role", "outcome", "samples/s", "MB", "loss", "reason"):
+    for name in ("#", "role", "outcome", "samples/s", "MB", "loss", "load", "reason"):
         table.add_column(name)
     for t in trials[-15:]:
         a = t.user_attrs
         outcome = str(a.get("outcome", t.state.name.lower()))
         table.add_row(str(t.number), str(a.get("role", "")), f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
                       fmt(a.get("throughput_samples_s"), ",.0f"), fmt(a.get("peak_memory_mb"), ",.0f"),
-                      fmt(a.get("loss"), ".4g"), escape(str(a.get("reason", ""))[:60]))
+                      fmt(a.get("loss"), ".4g"), _load(a), escape(str(a.get("reason", ""))[:60]))
     console.print(table)
     if summary.best is not None and summary.best_config is not None:
-        speed = f", {summary.speedup:.2f}x baseline" if summary.speedup else ""
+        width = summary.speedup_half_width
+        interval = f" (± {summary.speedup * width:.2f}x)" if summary.speedup and width else ""
+        speed = f", {summary.speedup:.2f}x baseline{interval}" if summary.speedup else ""
         if summary.default_is_best:
             speed = ", the default configuration (nothing beat it)"
         value = (f"{summary.best.median:.3g} s to loss {spec.objectives[0].target:g}"
                  if spec.objectives[0].metric == "time_to_loss" else f"{summary.best.median:,.0f} samples/s")
         console.print(f"best so far: trial #{summary.best_trial} {value}{speed} "
                       f"({summary.best_config.short()})")
+    for line in noise_lines(summary):  # the winner against the runner-up, a left-out first trial, busy trials
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _load(attrs: dict[str, Any]) -> str:
+    """machine_load as a percentage, marked when the trial was measured on a busy machine."""
+    load = attrs.get("machine_load")
+    if not isinstance(load, (int, float)):
+        return "-"
+    return f"[yellow]{load:.0%} busy[/]" if attrs.get("busy") else f"{load:.0%}"

@@ -34,12 +34,12 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     table.add_column("")
     table.add_column("baseline", justify="right")
     table.add_column("best", justify="right")
-    spread = f", spread {best.spread:.0%}" if len(best.values) > 1 else ""
+    spread = _noise(best)
     metric = _first_metric(summary, spec)
     if metric == "time_to_loss_s":  # the score first, then the throughput behind it
         table.add_row(
-            "time to target loss (s, median)", fmt(base.median if base else None, ".3g"),
-            f"{best.median:.3g} (n={len(best.values)}{spread})",
+            "time to target loss (s, median)", fmt(base.median if base else None, ".3g") + _noise(base),
+            f"{best.median:.3g}{spread}",
         )
         table.add_row(
             "throughput (samples/s, median)", fmt(_group_attr(summary.study, base, "throughput_samples_s"), ",.0f"),
@@ -52,8 +52,8 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     else:
         table.add_row(
             "throughput (samples/s, median)",
-            fmt(base.median if base else None, ",.0f"),
-            f"{best.median:,.0f} (n={len(best.values)}{spread})",
+            fmt(base.median if base else None, ",.0f") + _noise(base),
+            f"{best.median:,.0f}{spread}",
         )
     table.add_row(
         "peak memory (MB)", fmt(base.peak_memory_mb if base else None, ",.0f"), fmt(best.peak_memory_mb, ",.0f")
@@ -106,8 +106,46 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
         console.print("[bold]the default configuration is the best measured[/]: nothing beat the baseline by more "
                       "than the measured spread; keep your defaults")
     elif summary.speedup is not None:
-        console.print(f"[bold green]speedup: {summary.speedup:.2f}x[/] the baseline's throughput "
-                      f"({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
+        console.print(f"[bold green]speedup: {summary.speedup:.2f}x[/]{_speedup_interval(summary)} the baseline's "
+                      f"throughput ({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
+    for line in noise_lines(summary):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _noise(group: Any) -> str:
+    """`` (n=3, ± 4%, spread 9%)``: how often a configuration was measured and how noisy it was."""
+    if group is None:
+        return ""
+    parts = [f"n={len(group.values)}"]
+    if group.half_width is not None:
+        parts.append(f"± {group.half_width:.0%}")
+    if len(group.values) > 1:
+        parts.append(f"spread {group.spread:.0%}")
+    return f" ({', '.join(parts)})"
+
+
+def _speedup_interval(summary: Any) -> str:
+    width = summary.speedup_half_width
+    return "" if not width or summary.speedup is None else f" (± {summary.speedup * width:.2f}x)"
+
+
+def noise_lines(summary: Any) -> list[str]:
+    """What the measurements' noise says about the choice, a line each: the winner against the runner-up
+    (``best by ...``/``tied within noise with ...``), the baseline's left-out first trial, and the trials
+    measured on a busy machine. `autotune run` and `autotune status` print them."""
+    from autotune.objectives import FIRST_TRIAL_FAR_OFF, busy_warning
+
+    lines = []
+    if summary.statement and summary.best is not None:
+        lines.append(f"trial #{summary.best_trial}: {summary.statement}")
+    if summary.left_out:
+        numbers = ", ".join(f"#{n}" for n in summary.left_out)
+        lines.append(f"trial {numbers} (the baseline's first run) read more than {FIRST_TRIAL_FAR_OFF:.0%} below its "
+                     "re-runs: re-measured, not averaged in")
+    warning = busy_warning(summary.study)
+    if warning:
+        lines.append(warning)
+    return lines
 
 
 def _first_metric(summary: Any, spec: Any) -> str:

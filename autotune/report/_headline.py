@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple
 import optuna
 from optuna.trial import TrialState
 
-from autotune.objectives import choose
+from autotune.objectives import busy_warning, choose
 from autotune.report._records import TrialRecord, finite_float, metric_names, trial_records
 
 OUTCOME_ORDER = ("complete", "pruned", "oom", "diverged", "crashed", "timeout", "hang", "interrupted", "running")
@@ -30,6 +30,7 @@ class Measured(NamedTuple):
     peak_memory_mb: float | None
     loss: float | None
     spread: float | None  # (max - min) / median of the confirmation runs; None for one run
+    half_width: float | None = None  # relative half-width of the median's ~95% interval (None: unknown)
 
 
 class Headline(NamedTuple):
@@ -44,6 +45,9 @@ class Headline(NamedTuple):
     outcomes: dict[str, int]  # outcome -> number of trials, in OUTCOME_ORDER
     n_feasible: int
     note: str | None  # e.g. why the confirmation attribute was not used
+    statement: str | None = None  # "best by X% (± Y%) over #N" or "tied within noise with ..." (choose())
+    speedup_half_width: float | None = None  # relative: the speed-up is speedup x (1 ± this)
+    busy: str | None = None  # the one-line warning naming the trials measured on a busy machine
 
 
 
@@ -68,6 +72,7 @@ def _group(raw: Any, metric: str, throughput_of: Mapping[int, float]) -> Measure
         peak_memory_mb=median if metric == "peak_memory_mb" else finite_float(raw.get("peak_memory_mb")),
         loss=median if metric == "loss" else finite_float(raw.get("loss")),
         spread=finite_float(raw.get("spread")) if len(trials) > 1 else None,
+        half_width=finite_float(raw.get("half_width")),
     )
 
 
@@ -162,7 +167,8 @@ def headline_data(study: optuna.Study) -> Headline:
         if speedup is None and best_side is not None and baseline_side is not None:
             speedup = _ratio(best_side.throughput_samples_s, baseline_side.throughput_samples_s)
         return Headline(study.study_name, "confirmation" if choice.confirmed else "trials", best_side, baseline_side,
-                        speedup, len(records), ordered, n_feasible, None)
+                        speedup, len(records), ordered, n_feasible, None, statement=choice.statement(),
+                        speedup_half_width=choice.speedup_half_width, busy=busy_warning(study))
     note = None
     raw = study.user_attrs.get("autotune_confirmation")
     if raw is not None:
@@ -170,7 +176,7 @@ def headline_data(study: optuna.Study) -> Headline:
         if not isinstance(confirmed, str):
             best, baseline, speedup = confirmed
             return Headline(study.study_name, "confirmation", best, baseline, speedup, len(records), ordered,
-                            n_feasible, None)
+                            n_feasible, None, busy=busy_warning(study))
         note = confirmed
     best_trial = best_record(study, records)
     baselines = [r for r in records if r.role == "baseline"]
@@ -180,4 +186,4 @@ def headline_data(study: optuna.Study) -> Headline:
     speedup = _ratio(best_side.throughput_samples_s if best_side else None,
                      baseline_side.throughput_samples_s if baseline_side else None)
     return Headline(study.study_name, "trials", best_side, baseline_side, speedup, len(records), ordered, n_feasible,
-                    note)
+                    note, busy=busy_warning(study))

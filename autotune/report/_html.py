@@ -95,6 +95,14 @@ def _config_line(config: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def _noise(m: Measured) -> str:
+    """`` (spread 9.5%, ± 4%)``: how noisy one side of the headline is."""
+    parts = [f"spread {m.spread * 100:.1f}%"] if m.spread is not None else []
+    if m.half_width is not None:
+        parts.append(f"± {m.half_width:.0%}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _headline_html(h: Headline) -> str:
     best, base = h.best, h.baseline
 
@@ -108,6 +116,9 @@ def _headline_html(h: Headline) -> str:
         source = "single trials (no confirmation runs stored)"
     speed = (f'<div class="big">{_value("speedup", h.speedup)}&times;</div>' if h.speedup is not None
              else '<div class="big"><span class="value" data-key="speedup" data-value="">-</span></div>')
+    if h.speedup is not None and h.speedup_half_width:  # a ratio of two noisy medians: its interval
+        width = h.speedup * h.speedup_half_width
+        speed += f'<div class="vs">&plusmn; {_value("speedup-interval", width)}&times;</div>'
     cards = [
         f'<div class="card"><h3>Speed-up over baseline</h3>{speed}<div class="vs">throughput, {_e(source)}</div>'
         "</div>",
@@ -128,17 +139,21 @@ def _headline_html(h: Headline) -> str:
     )
     lines = []
     if best is not None:
-        spread = f" (spread {best.spread * 100:.1f}%)" if best.spread is not None else ""
+        spread = _noise(best)
         lines.append(f"<b>Best</b> (trial{'s' if len(best.trials) != 1 else ''} "
                      f"{_e(', '.join(map(str, best.trials)))}){_e(spread)}: {_e(_config_line(best.config))}")
     else:
         lines.append("<b>Best</b>: no feasible complete trial yet")
     if base is not None:
         lines.append(f"<b>Baseline</b> (trial{'s' if len(base.trials) != 1 else ''} "
-                     f"{_e(', '.join(map(str, base.trials)))}): {_e(_config_line(base.config))}")
+                     f"{_e(', '.join(map(str, base.trials)))}){_e(_noise(base))}: {_e(_config_line(base.config))}")
     else:
         lines.append("<b>Baseline</b>: no baseline trial stored")
+    if h.statement:  # the winner against the runner-up: never a bare winner
+        lines.append(f'<b>Noise</b>: <span id="statement">{_e(h.statement)}</span>')
     note = f'<p class="note">{_e(h.note)}</p>' if h.note else ""
+    if h.busy:
+        note += f'<p class="note" id="busy">{_e(h.busy)}</p>'
     return (f'<section id="headline"><div class="cards">{"".join(cards)}</div>'
             f'<p class="meta">{"<br>".join(lines)}</p>{note}</section>')
 

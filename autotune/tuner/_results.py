@@ -34,6 +34,9 @@ class TuneSummary:
     counts: dict[str, int] = field(default_factory=dict)
     pareto_trials: list[int] = field(default_factory=list)
     default_is_best: bool = False
+    statement: str | None = None  # Choice.statement(): "best by X% (± Y%) over #N" or "tied within noise with ..."
+    speedup_half_width: float | None = None  # relative: the speed-up is speedup x (1 ± this)
+    left_out: tuple[int, ...] = ()  # the baseline's far-off first trial, re-measured rather than averaged in
 
     @property
     def metric(self) -> str:
@@ -78,4 +81,7 @@ def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
         counts=counts,
         pareto_trials=pareto,
         default_is_best=choice.default_is_best,
+        statement=choice.statement(),
+        speedup_half_width=choice.speedup_half_width,
+        left_out=choice.left_out,
     )
