@@ -15,6 +15,7 @@ from autotune.report._history import HistoryData, history_data
 from autotune.report._html import default_report_path, render_html, write_report
 from autotune.report._importance import ImportanceData, importance_data
 from autotune.report._intermediate import IntermediateData, intermediate_data
+from autotune.report._memory_prediction import MemoryPredictionData, memory_prediction_data
 from autotune.report._parallel import ParallelData, parallel_data
 from autotune.report._pareto import ParetoData, pareto_data
 from autotune.report._records import TrialRecord, trial_records
@@ -31,6 +32,7 @@ __all__ = [
     "ImportanceData",
     "IntermediateData",
     "Measured",
+    "MemoryPredictionData",
     "ParallelData",
     "ParetoData",
     "ReportData",
@@ -48,6 +50,7 @@ __all__ = [
     "importance_data",
     "intermediate_data",
     "is_loopback",
+    "memory_prediction_data",
     "memory_vs_batch_data",
     "open_study",
     "parallel_data",

@@ -18,6 +18,7 @@ from autotune.report._headline import Headline, headline_data
 from autotune.report._history import HistoryData, history_data
 from autotune.report._importance import ImportanceData, importance_data
 from autotune.report._intermediate import IntermediateData, intermediate_data
+from autotune.report._memory_prediction import MemoryPredictionData, memory_prediction_data
 from autotune.report._parallel import ParallelData, parallel_data
 from autotune.report._pareto import ParetoData, pareto_data
 from autotune.report._records import metric_names, objective_directions
@@ -37,6 +38,7 @@ class ReportData(NamedTuple):
     pareto: ParetoData | None  # several objectives
     throughput: BatchData
     memory: BatchData
+    memory_prediction: MemoryPredictionData
     importance: ImportanceData
     parallel: ParallelData
     intermediate: IntermediateData
@@ -59,6 +61,7 @@ def report_data(study: optuna.Study, spec: StudySpec | None = None, now: datetim
         pareto=None if single else pareto_data(study),
         throughput=throughput_vs_batch_data(study),
         memory=memory_vs_batch_data(study, spec),
+        memory_prediction=memory_prediction_data(study, spec),
         importance=importance_data(study),
         parallel=parallel_data(study),
         intermediate=intermediate_data(study),

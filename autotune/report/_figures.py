@@ -18,6 +18,7 @@ from autotune.report._feasibility import FeasibilityData
 from autotune.report._history import HistoryData
 from autotune.report._importance import ImportanceData
 from autotune.report._intermediate import IntermediateData
+from autotune.report._memory_prediction import MemoryPredictionData
 from autotune.report._parallel import ParallelData
 from autotune.report._pareto import ParetoData
 from autotune.report._timeline import TimelineBar
@@ -29,6 +30,7 @@ __all__ = [
     "history_figure",
     "importance_figure",
     "intermediate_figure",
+    "memory_prediction_figure",
     "parallel_figure",
     "pareto_figure",
     "timeline_figure",
@@ -289,3 +291,39 @@ def _constraint_title(name: str, budget: float | None) -> str:
     if name == "diverged":
         return "diverged: 1 when the loss became NaN/inf"
     return f"{name} (feasible when <= 0)"
+
+
+def memory_prediction_figure(data: MemoryPredictionData) -> go.Figure | None:
+    """Measured against predicted peak memory per trial, the diagonal where they agree, the budget, and the
+    configurations never launched (crosses on the budget line, at their prediction)."""
+    if not data.points and not data.not_launched:
+        return None
+    fig = go.Figure()
+    for outcome in dict.fromkeys(p.outcome for p in data.points):
+        pts = [p for p in data.points if p.outcome == outcome]
+        fig.add_trace(go.Scatter(
+            x=[p.predicted_mb for p in pts], y=[p.measured_mb for p in pts], mode="markers", name=outcome,
+            error_x={"type": "data", "array": [p.error_mb for p in pts], "visible": True, "thickness": 1},
+            marker={"size": 9, "color": _color(outcome)},
+            text=[f"trial {p.number} (batch {p.batch_size}): predicted {p.predicted_mb:,.0f} ± {p.error_mb:,.0f} MB, "
+                  f"measured {p.measured_mb:,.0f} MB" for p in pts],
+            hovertemplate="%{text}<extra></extra>",
+        ))
+    if data.not_launched and data.budget is not None:
+        skipped = [s for s in data.not_launched if s.predicted_mb is not None]
+        fig.add_trace(go.Scatter(
+            x=[s.predicted_mb for s in skipped], y=[data.budget] * len(skipped), mode="markers",
+            name="not launched", marker={"size": 10, "symbol": "x", "color": _color("oom")},
+            text=[f"trial {s.number}: {s.reason}" for s in skipped], hovertemplate="%{text}<extra></extra>",
+        ))
+    values = [v for p in data.points for v in (p.predicted_mb, p.measured_mb)]
+    values += [s.predicted_mb for s in data.not_launched if s.predicted_mb is not None]
+    if data.budget is not None:
+        values.append(data.budget)
+        fig.add_hline(y=data.budget, line={"dash": "dash", "color": "#555"}, annotation_text="budget")
+        fig.add_vline(x=data.budget, line={"dash": "dot", "color": "#999"})
+    top = max(values) * 1.05 if values else 1.0
+    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="predicted = measured",
+                             line={"color": "#bbb", "width": 1}, hoverinfo="skip"))
+    return _layout(fig, xaxis={"title": "predicted peak memory per rank (MB)"},
+                   yaxis={"title": "measured peak memory per rank (MB)"})

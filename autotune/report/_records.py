@@ -66,6 +66,9 @@ class TrialRecord:
     time_to_loss_s: float | None = None
     compile_s: float | None = None  # torch.compile's seconds in the warm-up (compile knob)
     threads_resolved: int | None = None  # the threads each rank ran with (threads_per_rank, auto resolved)
+    predicted_memory_mb: float | None = None  # predicted before launch (tuner/_memory.py), and its error
+    predicted_memory_error_mb: float | None = None
+    launched: bool = True  # False: predicted over the memory budget, never run
 
     @property
     def feasible(self) -> bool | None:
@@ -161,6 +164,9 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         time_to_loss_s=_number(attrs.get("time_to_loss_s")),
         compile_s=_number(attrs.get("compile_s")),
         threads_resolved=_int(attrs.get("threads_per_rank")),
+        predicted_memory_mb=_number(attrs.get("predicted_memory_mb")),
+        predicted_memory_error_mb=_number(attrs.get("predicted_memory_error_mb")),
+        launched=attrs.get("launched") is not False,
     )
 
 

@@ -17,6 +17,7 @@ from autotune.report._figures import (
     history_figure,
     importance_figure,
     intermediate_figure,
+    memory_prediction_figure,
     parallel_figure,
     pareto_figure,
     timeline_figure,
@@ -58,6 +59,11 @@ def build_sections(data: ReportData) -> list[Section]:
                 "Peak memory per rank; the dashed line is the memory budget (constraints.max_memory_mb).",
                 batch_figure(data.memory),
                 None if data.memory.budget is not None else "no memory budget is set in the study file"),
+        Section("memory_prediction", "Predicted against measured memory",
+                "Each trial's peak memory per rank as predicted before launch (with the prediction's own error) "
+                "against the peak it measured; on the diagonal they agree. Crosses on the budget line were "
+                "predicted over it and never launched.", memory_prediction_figure(data.memory_prediction),
+                _prediction_note(data)),
         Section("importance", "Parameter importances",
                 "How much each searched knob explains of each objective (optuna.importance).",
                 importance_figure(data.importance), data.importance.note),
@@ -78,6 +84,21 @@ def build_sections(data: ReportData) -> list[Section]:
                 None if data.feasibility.rows else "no complete trial yet"),
     ]
     return sections
+
+
+def _prediction_note(data: ReportData) -> str | None:
+    """The prediction's median miss and the configurations not launched, in one line."""
+    m = data.memory_prediction
+    if not m.points and not m.not_launched:
+        return "no trial has a predicted and a measured peak yet"
+    parts = []
+    if m.median_error is not None:
+        parts.append(f"median miss {m.median_error:.1%} over {len(m.points)} trials")
+    if m.not_launched:
+        numbers = ", ".join(f"#{s.number}" for s in m.not_launched)
+        parts.append(f"{len(m.not_launched)} configuration{'s' if len(m.not_launched) != 1 else ''} not launched: "
+                     f"predicted over the memory budget ({numbers})")
+    return "; ".join(parts) or None
 
 
 def write_pngs(sections: Sequence[Section], folder: Path) -> list[Path]:
