@@ -159,6 +159,7 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
         ("pruner", pruner_text),
         ("budget", budget_text),
         ("confirm", confirm_text),
+        ("warm start", "from the closest earlier study in the storage" if spec.warm_start else "off"),
     ]
     if spec.baseline:
         rows.append(("baseline", ", ".join(f"{k}={_show(v)}" for k, v in spec.baseline.items())))
