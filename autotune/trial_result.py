@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,10 +37,32 @@ class Window:
     loss: float  # mean over ranks and over the window's steps
     peak_memory_mb: float  # largest rank so far
     time_to_first_step_s: float  # launch -> first step finished
+    warmup_steps: int | None = None  # steps before the measured part (None: a record from before steady warm-up)
+    settled: bool | None = None  # the warm-up's probe windows agreed before measuring (fixed warm-up: True)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Window:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        optional = ("warmup_steps", "settled")
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k not in optional})
+
+
+# Student's t, two-sided 95%, by degrees of freedom (1..30); 1.96 beyond.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def throughput_spread(windows: Sequence[Window]) -> float | None:
+    """The relative half-width of the ~95% interval of the mean of the windows' throughputs (Student's t):
+    0.04 is ±4%. None with fewer than 2 windows."""
+    values = [w.window_throughput_samples_s for w in windows]
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    if mean <= 0:
+        return None
+    df = len(values) - 1
+    t = _T975[df - 1] if df <= len(_T975) else 1.96
+    return t * statistics.stdev(values) / math.sqrt(len(values)) / mean
 
 
 @dataclass
@@ -63,6 +88,9 @@ class TrialResult:
     machine_load: float | None = None  # others' CPU time on the held cores / their capacity (None: not measured)
     busy: bool | None = None  # machine_load over trial_runner's BUSY_LOAD, or another process on a held GPU
     gpu_other_processes: int | None = None  # compute processes not the trial's on its GPUs (None: not asked)
+    warmup_steps_used: int | None = None  # steps before the measured part (steady warm-up: until settled)
+    settled: bool | None = None  # the windows settled before measuring (False: the cap was reached; low confidence)
+    throughput_spread: float | None = None  # relative half-width of the measured windows' ~95% interval
     windows: list[Window] = field(default_factory=list)
     error_lines: list[str] = field(default_factory=list)
     trial_dir: str = ""
@@ -82,6 +110,8 @@ class TrialResult:
             self.peak_memory_mb = max(w.peak_memory_mb for w in windows)
             self.steps, self.samples = last.step, last.samples
             self.time_to_first_step_s = last.time_to_first_step_s
+            self.warmup_steps_used, self.settled = last.warmup_steps, last.settled
+        self.throughput_spread = throughput_spread(windows)
 
     def metrics(self) -> dict[str, float | None]:
         return {

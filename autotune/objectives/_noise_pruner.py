@@ -27,6 +27,11 @@ class NoiseAwarePruner(BasePruner):
 
     ``percentile=0`` compares with the best complete trial: a trial is stopped as soon as it is clearly
     worse than the configuration it would have to beat to be chosen.
+
+    The margin is at least the measurement's own uncertainty: the user attribute ``spread_attr`` (by default
+    ``throughput_spread``, the relative half-width of the window-to-window ~95% interval; None for a metric
+    it does not describe) of the trials the threshold comes from (the larger of the two it lies between)
+    and of the pruned trial when known.
     """
 
     def __init__(
@@ -36,6 +41,7 @@ class NoiseAwarePruner(BasePruner):
         n_startup_trials: int = 3,
         n_warmup_steps: int = 0,
         margin: float = 0.1,
+        spread_attr: str | None = "throughput_spread",
     ) -> None:
         if not 0 <= percentile < 100:
             raise ValueError(f"percentile must be in [0, 100), got {percentile}")
@@ -45,6 +51,7 @@ class NoiseAwarePruner(BasePruner):
         self.n_startup_trials = n_startup_trials
         self.n_warmup_steps = n_warmup_steps
         self.margin = margin
+        self.spread_attr = spread_attr
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
@@ -53,7 +60,8 @@ class NoiseAwarePruner(BasePruner):
         value = trial.intermediate_values[step]
         if math.isnan(value):
             return True
-        others = []
+        others: list[float] = []
+        spreads: list[float | None] = []
         for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if not is_reference(done):
                 continue
@@ -62,17 +70,32 @@ class NoiseAwarePruner(BasePruner):
                 other = done.intermediate_values[max(earlier)]
                 if not math.isnan(other):
                     others.append(other)
+                    spreads.append(self._spread(done))
         if len(others) < max(1, self.n_startup_trials):
             return False
         maximize = study.direction == StudyDirection.MAXIMIZE
         # The percentile-th best: 50 -> the median; 25 -> the value a quarter of the way from the worst.
-        ranked = sorted(others, reverse=maximize)  # best first
+        order = sorted(range(len(others)), key=lambda i: others[i], reverse=maximize)  # best first
+        ranked = [others[i] for i in order]
         # percentile 50: the median; 25: the value a quarter of the way down from the best (keep the top 25%)
         position = (len(ranked) - 1) * self.percentile / 100
         threshold = _interpolate(ranked, position)
+        around = {order[math.floor(position)], order[min(math.ceil(position), len(order) - 1)]}
+        margin = max([self.margin, *(s for i in around if (s := spreads[i]) is not None)])
+        own = self._spread(trial)
+        if own is not None:
+            margin = max(margin, own)
+        margin = min(margin, 0.99)
         if maximize:
-            return value < threshold - self.margin * abs(threshold)
-        return value > threshold + self.margin * abs(threshold)
+            return value < threshold - margin * abs(threshold)
+        return value > threshold + margin * abs(threshold)
+
+    def _spread(self, trial: FrozenTrial) -> float | None:
+        """A trial's window-to-window interval (``spread_attr``), when it has one."""
+        value = trial.user_attrs.get(self.spread_attr) if self.spread_attr else None
+        if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+            return float(value)
+        return None
 
 
 def _interpolate(values: list[float], position: float) -> float:

@@ -84,7 +84,21 @@ class TrialLimits(BaseModel):
     """How long one trial runs and what it measures."""
 
     model_config = STRICT
-    warmup_steps: int = Field(3, ge=0, description="steps excluded from every measurement")
+    warmup: Literal["steady", "fixed"] = Field(
+        "steady",
+        description="steady: measure once window throughput has settled (warmup_steps at least, "
+        "warmup_max_steps at most); fixed: measure from warmup_steps on",
+    )
+    warmup_steps: int = Field(
+        3, ge=0, description="fixed: steps excluded from every measurement; steady: the fewest warm-up steps"
+    )
+    warmup_max_steps: int | None = Field(
+        None, ge=0, description="steady: the most warm-up steps (default: half of max_steps)"
+    )
+    settle_tolerance: float = Field(
+        0.1, gt=0, lt=1,
+        description="steady: the last 3 probe windows' throughputs agree within this fraction of their median",
+    )
     max_steps: int = Field(40, ge=1, description="optimizer steps per trial")
     max_seconds: float = Field(60.0, gt=0, description="wall-clock cap per trial, start-up included")
     samples: int | None = Field(
@@ -104,7 +118,22 @@ class TrialLimits(BaseModel):
                 f"warmup_steps ({self.warmup_steps}) must be below max_steps ({self.max_steps}); "
                 "lower warmup_steps or raise max_steps"
             )
+        if self.warmup_max_steps is not None:
+            if self.warmup == "fixed":
+                raise ValueError("warmup_max_steps only applies to warmup: steady; remove it or set warmup: steady")
+            if not self.warmup_steps <= self.warmup_max_steps < self.max_steps:
+                raise ValueError(
+                    f"warmup_max_steps ({self.warmup_max_steps}) must be at least warmup_steps "
+                    f"({self.warmup_steps}) and below max_steps ({self.max_steps}); change warmup_max_steps"
+                )
         return self
+
+    def warmup_cap(self, max_steps: int | None = None) -> int:
+        """The most warm-up steps of a trial of ``max_steps`` steps (default: the study's): warmup_max_steps,
+        or half of the trial, never below warmup_steps nor so late that no window is left to measure."""
+        steps = self.max_steps if max_steps is None else max_steps
+        cap = self.warmup_max_steps if self.warmup_max_steps is not None else steps // 2
+        return max(self.warmup_steps, min(cap, steps - self.window()))
 
     def window(self) -> int:
         """Steps per reporting window."""
@@ -205,8 +234,6 @@ class ConfirmSpec(BaseModel):
     model_config = STRICT
     top_k: int = Field(3, ge=0, description="configurations re-measured at the end (0: no confirmation)")
     repeats: int = Field(2, ge=1, description="extra runs of each")
-
-
     max_repeats: int | None = Field(
         None, ge=1,
         description="the most extra runs of the two leading configurations: after `repeats`, the winner and the "
@@ -225,3 +252,5 @@ class ConfirmSpec(BaseModel):
     def most_repeats(self) -> int:
         """The most confirmation runs of one configuration (``max_repeats``, by default ``repeats + 2``)."""
         return self.max_repeats if self.max_repeats is not None else self.repeats + 2
+
+

@@ -24,6 +24,7 @@ from autotune.trial_runner._plan import (
     METRICS_FILE,
     TrialPlan,
 )
+from autotune.trial_runner._trace import traced
 
 # Called with each new window; returns True when the trial should be pruned.
 WindowCallback = Callable[[Window], bool]
@@ -32,6 +33,7 @@ TickCallback = Callable[[float, list[Window]], None]
 
 
 HOST_MEMORY_EVERY = 10  # without a host memory budget, host memory is sampled every this many polls
+END_POLLS = 10  # after the last window, the run's end is looked for this many times per poll
 
 
 class MetricsTail:
@@ -181,7 +183,19 @@ class Monitor:
                 return verdict
             if self.on_tick is not None:
                 self.on_tick(elapsed, verdict.windows)
+            self._wait(final=bool(verdict.windows) and verdict.windows[-1].step >= self.limits.max_steps)
+
+    def _wait(self, *, final: bool) -> None:
+        """Sleep until the next poll. After the last window the run is about to end (evaluation, exit): its
+        end is then looked for END_POLLS times as often, so the next trial need not wait up to a whole poll
+        for it; everything else keeps the poll's pace."""
+        if not final:
             self.sleep(self.poll_s)
+            return
+        for _ in range(END_POLLS):
+            self.sleep(self.poll_s / END_POLLS)
+            if self.handle.poll() is not None:
+                return
 
 
 def run_trial(
@@ -217,7 +231,8 @@ def run_trial(
             f"cannot write the trial folder {trial_dir}: {e.strerror or e}; free disk space or make it writable"
         ) from e
     started = time.monotonic()
-    handle = launcher.launch(plan, trial_dir)
+    with traced("launch", trial_dir=str(trial_dir)):
+        handle = launcher.launch(plan, trial_dir)
     load = LoadMeter.for_handle(handle)  # from here: a lease's wait is not the trial's
     load.start()
     verdict = Verdict()
@@ -238,7 +253,8 @@ def run_trial(
             if cause:  # a lost node, not a hang of the training
                 verdict.outcome, verdict.reason = Outcome.CRASHED, f"{cause}; {verdict.reason}"
     finally:
-        handle.terminate(grace_s)
+        with traced("terminate", trial_dir=str(trial_dir)):  # the run ended (or was stopped): its processes go
+            handle.terminate(grace_s)
     wall = time.monotonic() - started
     windows = verdict.windows
     # Windows written after the monitor stopped reading (rank 0 racing the kill) are ignored: the trial
@@ -305,7 +321,7 @@ def _knob_facts(result: TrialResult, plan: TrialPlan, trial_dir: Path) -> None:
 
 def _window_samples(windows: list[Window], global_batch: int, warmup: int) -> list[tuple[Window, int]]:
     out = []
-    previous_step = warmup
+    previous_step = warmup if not windows or windows[0].warmup_steps is None else windows[0].warmup_steps
     for w in windows:
         out.append((w, (w.step - previous_step) * global_batch))
         previous_step = w.step

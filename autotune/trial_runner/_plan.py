@@ -37,6 +37,9 @@ class TrialPlan(BaseModel):
     startup_timeout_s: float = Field(300.0, description="collective timeout until the first step")
     step_timeout_s: float = Field(30.0, description="collective timeout after the first step")
     trace: bool = Field(False, description="record DDP all-reduce calls in applied.json (tests)")
+    step_times: bool = Field(
+        False, description="each rank writes its steps' end times and memory readings to steps.rank<N>.json"
+    )
 
     def write(self, trial_dir: Path) -> Path:
         trial_dir.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,12 @@ from autotune.spec import split_hyperparameters
 from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, apply_threads, shard_model
 from autotune.trial_runner._memory import peak_memory_mb
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
+from autotune.trial_runner._trace import trace_event
+from autotune.trial_runner._warmup import Warmup
 from autotune.workload import Workload, load_workload
+
+# The memory of a rank's tree is read at a window boundary at most this often (and at the last one).
+MEMORY_EVERY_S = 1.0
 
 
 class DatasetTooSmall(RuntimeError):
@@ -315,31 +320,39 @@ class Trainer:
         max_steps = limits.max_steps
         if limits.samples is not None:
             max_steps = min(max_steps, max(limits.warmup_steps + 1, math.ceil(limits.samples / cfg.global_batch)))
+        warmup = Warmup.for_limits(limits, max_steps)
         batches = _batches(self.loader, self.sampler)
         metrics_path = ctx.trial_dir / METRICS_FILE
         reduce_device = self.device
 
         measured_s = 0.0  # slowest rank's time in measured steps
         measured_samples = 0
-        window_time = 0.0
         window_loss = torch.zeros((), device=self.device)
-        window_steps = 0
         first_step_s: float | None = None
         peak = 0.0
-        step = 0
+        memory_read_at = -math.inf
+        step = boundary_step = 0
         outcome = "complete"
         reason = f"{max_steps} steps"
         last_loss: float | None = None
+        steps_log: dict[str, list[float]] | None = {"step_end": [], "memory_read_s": []} if plan.step_times else None
         training_started_at = time.time()
+        if ctx.rank == 0:
+            trace_event("training_start", training_started_at, trial_dir=str(ctx.trial_dir))
         # A window's time is the wall-clock time since the previous boundary, the boundary's own reduction
         # included: DataLoader workers keep producing while the main loop is not stepping, so timing only
         # the steps would hand a loader-bound configuration free time and make short trials optimistic.
+        # Reading the memory is the exception (PSS of the rank's tree: ~15 ms a process, more with workers):
+        # it is taken on a clock (MEMORY_EVERY_S), not per window, and its time is left out of the window, so
+        # short trials with many windows and long runs with few pay the same for it.
         mark = time.perf_counter()
         step_started = time.perf_counter()
         while step < max_steps:
             loss = self.step(batches)
             step += 1
             os.utime(self.heartbeat)
+            if steps_log is not None:
+                steps_log["step_end"].append(time.perf_counter())
             if cfg.compile != "off" and step <= 2:
                 step_started = self._time_compile(step, step_started, step == max_steps)
             if step == 1:
@@ -349,23 +362,29 @@ class Trainer:
                 if plan.trace and self.ddp is not None:
                     self.applied["allreduce_calls_first_step"] = self._allreduce_count
                 self.write_applied()
-            measuring = step > limits.warmup_steps
-            if measuring:
-                window_steps += 1
+            start = warmup.measure_from
+            measuring = start is not None and step > start
             window_loss += loss
             at_boundary = (
-                step == limits.warmup_steps
-                or (measuring and (step - limits.warmup_steps) % window == 0)
+                warmup.boundary(step)
+                or (start is not None and step >= start and (step - start) % window == 0)
                 or step == max_steps
             )
             if not at_boundary:
                 continue
             now = time.perf_counter()
-            window_time, mark = (now - mark if measuring else 0.0), now
+            probing = warmup.warming and step > warmup.min_steps  # a probe window is timed like a measured one
+            window_time, mark = (now - mark if measuring or probing else 0.0), now
+            window_steps_done, boundary_step = step - boundary_step, step
+            last_boundary = step == max_steps
+            if now - memory_read_at >= MEMORY_EVERY_S or last_boundary:
+                peak = max(peak, peak_memory_mb(self.device))
+                memory_read_at = time.perf_counter()
+                mark += memory_read_at - now  # the memory reading is not the window's
+                if steps_log is not None:
+                    steps_log["memory_read_s"].append(memory_read_at - now)
             # One small reduction per window: slowest rank's time, largest memory, non-finite flag; mean loss.
-            n_loss = window_steps if measuring else step
-            peak = max(peak, peak_memory_mb(self.device))
-            local_loss = (window_loss / max(1, n_loss)).float()
+            local_loss = (window_loss / max(1, window_steps_done)).float()
             finite = bool(torch.isfinite(local_loss))
             maxes = torch.tensor([window_time, peak, 0.0 if finite else 1.0], device=reduce_device)
             dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
@@ -378,8 +397,14 @@ class Trainer:
                 reason = f"loss became NaN/inf by step {step}"
                 break
             last_loss = mean_loss
-            if measuring and window_steps > 0:
-                window_samples = window_steps * cfg.global_batch
+            if warmup.warming:
+                probe = window_steps_done * cfg.global_batch / slowest if probing and slowest > 0 else None
+                warmup.offer(step, probe)
+                if not warmup.warming:
+                    self.applied["warmup"] = warmup.record()
+                    self.write_applied()
+            elif measuring:
+                window_samples = window_steps_done * cfg.global_batch
                 measured_s += slowest
                 measured_samples += window_samples
                 if ctx.rank == 0:
@@ -392,12 +417,16 @@ class Trainer:
                         "loss": mean_loss,
                         "peak_memory_mb": round(peak_all, 2),
                         "time_to_first_step_s": round(first_step_s or 0.0, 4),
+                        "warmup_steps": warmup.measure_from,
+                        "settled": warmup.settled,
                     }
                     with metrics_path.open("a") as f:
                         f.write(json.dumps(record) + "\n")
-            window_time = 0.0
-            window_steps = 0
             window_loss = torch.zeros((), device=self.device)
+        if "warmup" not in self.applied:
+            self.applied["warmup"] = warmup.record()
+        if steps_log is not None:
+            _write_json(ctx.trial_dir / f"steps.rank{ctx.rank}.json", steps_log)
         if plan.trace and self.ddp is not None:
             self.applied["allreduce_calls_total"] = self._allreduce_count
             self.applied["steps"] = step
@@ -415,6 +444,8 @@ class Trainer:
             # wall-clock span of the training loop (epoch seconds), so launch overhead = wall - span
             "training_span_s": time.time() - training_started_at,
         }
+        if ctx.rank == 0:
+            trace_event("training", training_started_at, time.time(), trial_dir=str(ctx.trial_dir))
         summary["eval_loss"] = self.evaluate() if outcome == "complete" else None  # after the span: not training
         return summary
 

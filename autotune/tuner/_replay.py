@@ -186,6 +186,9 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
         if result.outcome is Outcome.COMPLETE and outcome is Outcome.COMPLETE and record.get("throughput_samples_s"):
             result.throughput_samples_s = float(record["throughput_samples_s"])
             result.training_s = float(record.get("training_s") or 0.0)
+            for name in ("throughput_spread", "warmup_steps_used", "settled"):  # as measured, when recorded
+                if record.get(name) is not None:
+                    setattr(result, name, record[name])
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 

@@ -102,6 +102,8 @@ def make_pruner(spec: StudySpec) -> BasePruner:
     if len(spec.objectives) > 1 or cfg.name == "none":
         return optuna.pruners.NopPruner()
     first_window = spec.trial.warmup_steps + spec.trial.window()
+    # The margin is at least a compared trial's window interval, which is throughput's.
+    spread_attr = "throughput_spread" if spec.objectives[0].key == "throughput_samples_s" else None
     if cfg.name == "best":
         # Only the best configuration matters: a trial clearly worse than the best finished one (by more than
         # the noise margin) cannot become it, so it stops at its first measured window. The baseline, run
@@ -111,6 +113,7 @@ def make_pruner(spec: StudySpec) -> BasePruner:
             n_startup_trials=cfg.startup_trials(),
             n_warmup_steps=spec.trial.warmup_steps,
             margin=cfg.margin,
+            spread_attr=spread_attr,
         )
     if cfg.name in ("median", "percentile"):
         # Against the median, a trial as good as most is pruned on noise: judge from the second measured
@@ -120,6 +123,7 @@ def make_pruner(spec: StudySpec) -> BasePruner:
             n_startup_trials=cfg.startup_trials(),
             n_warmup_steps=first_window,
             margin=cfg.margin,
+            spread_attr=spread_attr,
         )
     if cfg.name == "hyperband":
         return optuna.pruners.HyperbandPruner(

@@ -26,8 +26,10 @@ from autotune.objectives import (
 )
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
+from autotune.trial_runner import traced
 from autotune.tuner._recovery import retry
 from autotune.tuner._roles import INTERRUPTED
+from autotune.tuner._writes import set_user_attrs
 
 Attach = Callable[[optuna.Study, int, str], None]  # (study, trial number, trial folder): files as artifacts
 
@@ -48,11 +50,14 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         "compile_s": _clean(result.compile_s),
         "threads_per_rank": result.threads_per_rank,
         "hosts": result.hosts,
-        "steps": result.steps,
         "machine_load": result.machine_load,
         "busy": result.busy,
         "gpu_other_processes": result.gpu_other_processes,
+        "steps": result.steps,
         "samples": result.samples,
+        "warmup_steps_used": result.warmup_steps_used,
+        "settled": result.settled,
+        "throughput_spread": _clean(result.throughput_spread),
         "windows": [
             [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
             for w, extra in zip(result.windows, window_extras(result.windows, spec), strict=True)
@@ -61,9 +66,10 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         "error_lines": result.error_lines[-15:],
     }
     attrs.update(time_to_loss_attrs(result, spec))
-    for name, value in attrs.items():
-        trial.set_user_attr(name, value)
-    attach(study, trial.number, result.trial_dir)
+    with traced("attrs", trial=trial.number):
+        set_user_attrs(trial, attrs)  # one transaction
+    with traced("artifacts", trial=trial.number):
+        attach(study, trial.number, result.trial_dir)
     outcome = result.outcome
     if outcome is Outcome.PRUNED:
         # Its constraints as measured so far: a sampler that models pruned trials (gp) needs the same

@@ -51,8 +51,8 @@ def run_faulty(tmp_path: Path, warm_launcher: WarmLauncher) -> RunFaulty:
             entrypoint="faulty.py:build",
             args={"fault": fault, **args},
             base_dir=str(HERE),
-            limits=TrialLimits(**{"warmup_steps": 2, "max_steps": 20, "max_seconds": 40, "hang_seconds": 5,
-                                  **(limits or {})}),
+            limits=TrialLimits(**{"warmup": "fixed", "warmup_steps": 2, "max_steps": 20, "max_seconds": 40,
+                                  "hang_seconds": 5, **(limits or {})}),
             trace=trace,
         )
         trial_dir = tmp_path / f"trial{next(counter)}"

@@ -60,8 +60,8 @@ def plan(fault: str = "none", world_size: int = 1, limits: dict[str, Any] | None
         entrypoint="faulty.py:build",
         args={"fault": fault, **args},
         base_dir=str(HERE),
-        limits=TrialLimits(**{"warmup_steps": 1, "max_steps": 6, "max_seconds": 60, "hang_seconds": 10,
-                              "report_every": 1, **(limits or {})}),
+        limits=TrialLimits(**{"warmup": "fixed", "warmup_steps": 1, "max_steps": 6, "max_seconds": 60,
+                              "hang_seconds": 10, "report_every": 1, **(limits or {})}),
     )
 
 

@@ -252,6 +252,7 @@ def _record_of(t: optuna.trial.FrozenTrial) -> dict[str, object]:
     return {
         "outcome": attrs["outcome"], "reason": attrs["reason"], "wall_s": attrs["wall_s"],
         "throughput_samples_s": attrs["throughput_samples_s"], "training_s": attrs["training_s"],
+        "throughput_spread": attrs["throughput_spread"], "settled": attrs["settled"],
         "windows": [{"step": w[0], "elapsed_s": 0.0, "throughput_samples_s": w[1], "peak_memory_mb": w[2],
                      "loss": w[3]} for w in attrs["windows"]],
     }

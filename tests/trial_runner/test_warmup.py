@@ -1,0 +1,114 @@
+"""The steady-state warm-up: when probe windows count as settled, where the measured part starts, the cap."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.spec import TrialLimits
+from autotune.trial_runner import Outcome
+from autotune.trial_runner._warmup import Warmup, is_settled
+
+from .conftest import RunFaulty
+
+
+def test_settled_needs_three_windows_within_the_tolerance_of_their_median() -> None:
+    assert not is_settled([100.0, 100.0], 0.1)  # two windows are not enough
+    assert is_settled([100.0, 104.0, 96.0], 0.1)  # range 8 of median 100
+    assert not is_settled([100.0, 106.0, 94.0], 0.1)  # range 12
+    # a ramp: each window 5% above the last never agrees over three windows at 8%
+    assert not is_settled([100.0, 105.0, 110.25], 0.08)
+    # only the last three count: a slow start is forgotten once the windows agree
+    assert is_settled([40.0, 70.0, 99.0, 100.0, 101.0], 0.05)
+    assert not is_settled([0.0, 0.0, 0.0], 0.1)
+
+
+def _run(limits: TrialLimits, throughputs: list[float], max_steps: int | None = None) -> Warmup:
+    """Drive a Warmup as the rank loop does, offering ``throughputs`` one probe window at a time."""
+    warmup = Warmup.for_limits(limits, max_steps or limits.max_steps)
+    windows = iter(throughputs)
+    for step in range(1, (max_steps or limits.max_steps) + 1):
+        if not warmup.warming:
+            break
+        if warmup.boundary(step):
+            warmup.offer(step, None if step == warmup.min_steps else next(windows))
+    return warmup
+
+
+def test_steady_warmup_starts_measuring_where_three_probe_windows_agree() -> None:
+    limits = TrialLimits(warmup_steps=3, max_steps=200, report_every=5)
+    # probes end at steps 8, 13, 18, 23, 28: they agree from the third-to-last on (windows 3-5)
+    warmup = _run(limits, [50.0, 80.0, 97.0, 100.0, 102.0, 999.0])
+    assert warmup.settled and warmup.measure_from == 28
+    assert warmup.throughputs == [50.0, 80.0, 97.0, 100.0, 102.0]
+    record = warmup.record()
+    assert record["steps_used"] == 28 and record["settled"] is True and record["mode"] == "steady"
+
+
+def test_steady_warmup_that_never_settles_stops_at_the_cap_unsettled() -> None:
+    limits = TrialLimits(warmup_steps=2, max_steps=40, report_every=4)
+    # the cap is half the trial (20): probes end at 6, 10, 14, 18; the next (22) would pass it
+    warmup = _run(limits, [10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
+    assert not warmup.settled and warmup.measure_from == 18
+    limits = TrialLimits(warmup_steps=2, max_steps=40, report_every=4, warmup_max_steps=10)
+    assert _run(limits, [10.0, 20.0, 30.0, 40.0]).measure_from == 10
+
+
+def test_the_cap_leaves_a_window_to_measure() -> None:
+    # 12 steps in windows of 5: half would be 6, but the cap is 12 - 5 = 7 at most anyway; here 6
+    assert TrialLimits(warmup_steps=1, max_steps=12, report_every=5).warmup_cap() == 6
+    assert TrialLimits(warmup_steps=1, max_steps=12, report_every=8).warmup_cap() == 4
+    # never below the fewest warm-up steps
+    assert TrialLimits(warmup_steps=5, max_steps=12, report_every=8).warmup_cap() == 5
+
+
+def test_fixed_warmup_measures_from_warmup_steps_without_probes() -> None:
+    warmup = Warmup.for_limits(TrialLimits(warmup="fixed", warmup_steps=4, max_steps=20), 20)
+    assert not warmup.warming and warmup.measure_from == 4 and warmup.settled
+    assert not any(warmup.boundary(step) for step in range(1, 21))
+
+
+def test_a_steady_warmup_with_no_room_for_probes_measures_from_warmup_steps() -> None:
+    # trial.samples can shorten a trial to a few steps: the cap is then the fewest steps, nothing to probe
+    warmup = Warmup.for_limits(TrialLimits(warmup_steps=3, max_steps=40, samples=128), 4)
+    assert warmup.measure_from == 3 and not warmup.settled
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"warmup": "slow"}, "warmup"),
+        ({"warmup": "fixed", "warmup_max_steps": 10}, "warmup_max_steps only applies to warmup: steady"),
+        ({"warmup_steps": 5, "warmup_max_steps": 4}, "warmup_max_steps (4) must be at least warmup_steps (5)"),
+        ({"warmup_max_steps": 40}, "below max_steps (40)"),
+        ({"settle_tolerance": 0}, "settle_tolerance"),
+        ({"settle_tolerance": 1.5}, "settle_tolerance"),
+    ],
+)
+def test_bad_warmup_fields_are_refused(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrialLimits(**fields)
+
+
+@pytest.mark.parametrize(("tolerance", "settles"), [(0.9, True), (1e-9, False)])
+def test_a_real_two_rank_trial_measures_from_where_its_windows_settled(
+    run_faulty: RunFaulty, tolerance: float, settles: bool
+) -> None:
+    limits = {"warmup": "steady", "warmup_steps": 2, "max_steps": 24, "report_every": 2,
+              "settle_tolerance": tolerance}
+    result, trial_dir = run_faulty(world_size=2, limits=limits)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    record = json.loads((trial_dir / "applied.json").read_text())["warmup"]
+    probes = record["probe_throughputs"]
+    assert record["mode"] == "steady" and record["cap_steps"] == 12
+    # both ranks decided alike (one metrics file, no hang), and as the rule says on the reduced probe times
+    assert result.settled is settles is is_settled(probes, tolerance)
+    used = result.warmup_steps_used
+    assert used == record["steps_used"] == 2 + 2 * len(probes)
+    assert used == (8 if settles else 12)  # three probes agree at once; unsettled: the cap
+    lines = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [w["step"] for w in lines] == list(range(used + 2, 25, 2))
+    assert all(w["warmup_steps"] == used and w["settled"] is settles for w in lines)
+    assert result.throughput_samples_s == pytest.approx((24 - used) * 64 / result.training_s, rel=1e-6)
+    assert result.throughput_spread is not None and result.throughput_spread >= 0
