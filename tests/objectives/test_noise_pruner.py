@@ -127,3 +127,37 @@ def test_successive_halving_sees_only_feasible_complete_references(outcome: str,
     # 105 beats the one feasible reference (100); Optuna's own pruner keeps only the top half, the infeasible 300
     assert halving.prune(study, _running(study, {10: 105.0}))
     assert not FeasibleReferences(halving).prune(study, _running(study, {10: 105.0}))
+
+
+def _study_with_spreads(spreads: list[float | None]) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    for value, spread in zip((100.0, 110.0, 90.0), spreads, strict=True):
+        trial = study.ask()
+        trial.report(value, 10)
+        trial.set_user_attr("throughput_spread", spread)
+        study.tell(trial, value)
+    return study
+
+
+def test_the_margin_widens_to_the_compared_trials_throughput_spread() -> None:
+    # the best trial (110) measured ±25%: 85 (23% below) is inside its noise, 80 (27% below) is not
+    pruner = NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.1)
+    noisy = _study_with_spreads([0.02, 0.25, 0.02])
+    assert not pruner.prune(noisy, _running(noisy, {10: 85.0}))
+    assert pruner.prune(noisy, _running(noisy, {10: 80.0}))
+    # the same values with a tight best trial: the 10% margin rules, and 85 is pruned
+    tight = _study_with_spreads([0.25, 0.02, None])
+    assert pruner.prune(tight, _running(tight, {10: 85.0}))
+    # a pruner for a metric the spread does not describe keeps its own margin
+    assert NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.1, spread_attr=None).prune(
+        noisy, _running(noisy, {10: 85.0}))
+
+
+def test_the_margin_widens_to_the_running_trials_own_spread() -> None:
+    study = _study_with_spreads([None, None, None])
+    pruner = NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.1)
+    trial = study.ask()
+    trial.report(85.0, 10)
+    trial.set_user_attr("throughput_spread", 0.3)
+    assert not pruner.prune(study, study._storage.get_trial(trial._trial_id))
+    assert pruner.prune(study, _running(study, {10: 85.0}))
