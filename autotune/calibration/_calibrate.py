@@ -40,6 +40,8 @@ def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
         baseline_throughput_samples_s=summary.baseline.median if summary.baseline else None,
         confirmed=summary.confirmed,
         default_is_best=summary.default_is_best,
+        speedup_half_width=summary.speedup_half_width,
+        statement=summary.statement,
     )
 
 

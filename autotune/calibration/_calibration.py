@@ -28,6 +28,8 @@ class Calibration:
         confirmed: whether the choice was confirmed by re-runs.
         default_is_best: the chosen configuration is the baseline (the workload's defaults): nothing
             measured beat it by more than the measured spread.
+        speedup_half_width: the speed-up's relative ~95% half-width (``speedup x (1 ± this)``; None: unknown).
+        statement: how sure the choice is, ``best by X% (± Y%) over #N`` or ``tied within noise with ...``.
     """
 
     config: TrialConfig
@@ -40,6 +42,8 @@ class Calibration:
     baseline_throughput_samples_s: float | None = None
     confirmed: bool = False
     default_is_best: bool = False
+    speedup_half_width: float | None = None
+    statement: str | None = None
 
     # -- the numbers ------------------------------------------------------------------------------------
     @property
@@ -221,8 +225,11 @@ class Calibration:
         return cls(config=TrialConfig.model_validate_json(text), study=None)
 
     def summary(self) -> str:
-        speed = f", {self.speedup:.2f}x the baseline" if self.speedup else ""
+        half = self.speedup_half_width
+        width = f" (± {self.speedup * half:.2f}x)" if self.speedup and half else ""
+        speed = f", {self.speedup:.2f}x the baseline{width}" if self.speedup else ""
         if self.default_is_best:
             speed = ", the default configuration: nothing beat it"
         through = f"{self.throughput_samples_s:,.0f} samples/s" if self.throughput_samples_s else "unmeasured"
-        return f"{self.config.short()} ({through}{speed})"
+        noise = f"; {self.statement}" if self.statement else ""
+        return f"{self.config.short()} ({through}{speed}{noise})"
