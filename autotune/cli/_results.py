@@ -95,13 +95,13 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         console.print(f"running: #{t.number} for {now - started:.0f} s on {worker.get('host', '?')} "
                       f"(pid {worker.get('pid', '?')})")
     table = Table(box=None, header_style="dim")
-    for name in ("#", "role", "outcome", "samples/s", "MB", "loss", "load", "reason"):
+    for name in ("#", "role", "outcome", "samples/s", "±", "MB", "loss", "load", "reason"):
         table.add_column(name)
     for t in trials[-15:]:
         a = t.user_attrs
         outcome = str(a.get("outcome", t.state.name.lower()))
         table.add_row(str(t.number), str(a.get("role", "")), f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
-                      fmt(a.get("throughput_samples_s"), ",.0f"), fmt(a.get("peak_memory_mb"), ",.0f"),
+                      fmt(a.get("throughput_samples_s"), ",.0f"), _spread(a), fmt(a.get("peak_memory_mb"), ",.0f"),
                       fmt(a.get("loss"), ".4g"), _load(a), escape(str(a.get("reason", ""))[:60]))
     console.print(table)
     if summary.best is not None and summary.best_config is not None:
@@ -116,6 +116,13 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
                       f"({summary.best_config.short()})")
     for line in noise_lines(summary):  # the winner against the runner-up, a left-out first trial, busy trials
         console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _spread(attrs: dict[str, Any]) -> str:
+    """throughput_spread as ``4%``, marked when the trial's warm-up never settled (a low-confidence number)."""
+    spread = attrs.get("throughput_spread")
+    text = f"{spread:.0%}" if isinstance(spread, (int, float)) else "-"
+    return f"[yellow]{text} unsettled[/]" if attrs.get("settled") is False else text
 
 
 def _load(attrs: dict[str, Any]) -> str:

@@ -55,6 +55,7 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
             fmt(base.median if base else None, ",.0f") + _noise(base),
             f"{best.median:,.0f}{spread}",
         )
+    table.add_row("warm-up settled (steps)", settled_cell(summary.study, base), settled_cell(summary.study, best))
     table.add_row(
         "peak memory (MB)", fmt(base.peak_memory_mb if base else None, ",.0f"), fmt(best.peak_memory_mb, ",.0f")
     )
@@ -145,7 +146,31 @@ def noise_lines(summary: Any) -> list[str]:
     warning = busy_warning(summary.study)
     if warning:
         lines.append(warning)
+    if summary.best is not None and _settled_of(summary.study, summary.best) == [False] * len(summary.best.trials):
+        lines.append(f"trial #{summary.best_trial}: low confidence — its warm-up never settled within a trial "
+                     "(settled: false on every run); raise trial.max_steps or trial.settle_tolerance")
     return lines
+
+
+def _settled_of(study: Any, group: Any) -> list[bool | None]:
+    """``settled`` of each of a group's trials (None: not recorded)."""
+    numbers = set(group.trials)
+    return [t.user_attrs.get("settled") for t in study.get_trials(deepcopy=False) if t.number in numbers]
+
+
+def settled_cell(study: Any, group: Any) -> str:
+    """``yes (12)``: the group's warm-up settled (in a median of 12 steps); ``no: low confidence`` when no
+    measurement of it settled; ``-`` when not recorded."""
+    if group is None:
+        return "-"
+    flags = _settled_of(study, group)
+    steps = _group_attr(study, group, "warmup_steps_used")
+    used = f" ({steps:.0f})" if steps is not None else ""
+    if any(f is True for f in flags):
+        return f"yes{used}"
+    if flags and all(f is False for f in flags):
+        return f"[yellow]no: low confidence[/]{used}"
+    return "-"
 
 
 def _first_metric(summary: Any, spec: Any) -> str:

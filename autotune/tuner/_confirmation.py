@@ -71,13 +71,17 @@ def confirm(
 
 def more_runs(study: optuna.Study, spec: StudySpec) -> list[Group]:
     """The configurations to re-run once more, none when the choice is sure: the winner and the runner-up
-    while their intervals overlap, and the baseline while its far-off first trial is left out and it has
-    no second re-run; each only while it has fewer than ``confirm.max_repeats`` confirmation runs."""
+    while their intervals overlap, the winner while none of its measurements settled (``settled: false``
+    on every one: a low-confidence number must be re-measured before it wins), and the baseline while its
+    far-off first trial is left out and it has no second re-run; each only while it has fewer than
+    ``confirm.max_repeats`` confirmation runs."""
     choice = chosen(study, spec)
     most = spec.confirm.most_repeats()
     wanted: list[Group] = []
     if not choice.separated:
         wanted += [g for g in (choice.best, choice.runner_up) if g is not None]
+    if choice.best is not None and not settled_once(study, choice.best):
+        wanted.append(choice.best)
     baseline = choice.baseline
     if choice.left_out and baseline is not None and len(baseline.values) < 2:
         wanted.append(baseline)
@@ -86,6 +90,14 @@ def more_runs(study: optuna.Study, spec: StudySpec) -> list[Group]:
         if group.config_key not in {g.config_key for g in out} and _confirm_count(study, group.config_key) < most:
             out.append(group)
     return out
+
+
+def settled_once(study: optuna.Study, group: Group) -> bool:
+    """Whether one of the group's measurements settled before it was measured (a trial from before the
+    steady warm-up, without ``settled``, counts as settled)."""
+    numbers = set(group.trials)
+    return any(t.user_attrs.get("settled") is not False for t in study.get_trials(deepcopy=False)
+               if t.number in numbers)
 
 
 def confirm_reserve_s(study: optuna.Study, spec: StudySpec, timeout_s: float | None) -> float:

@@ -40,6 +40,7 @@ class Measured:
     outcome: Outcome = Outcome.COMPLETE
     fail_after_windows: int = 0
     overhead_s: float = 2.0
+    settled: bool | None = None  # whether its warm-up settled (None: not modelled)
 
 
 Landscape = Callable[[TrialConfig, int], Measured]  # (config, how many times it was measured before)
@@ -116,6 +117,7 @@ def replay_runner(landscape: Landscape) -> Callable[..., TrialResult]:
                 on_tick(window.elapsed_s, windows)
         result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir))
         result.take_windows(windows)
+        result.settled = m.settled
         if windows:
             result.training_s = (windows[-1].step - limits.warmup_steps) * step_s
         result.wall_s = m.overhead_s + (windows[-1].step if windows else limits.warmup_steps) * step_s
