@@ -185,6 +185,7 @@ def test_a_bad_warm_start_value_is_one_line_exit_2(tmp_path: Path) -> None:
     assert not sd.db.exists()
 
 
+@pytest.mark.timeout(300)
 def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_path: Path) -> None:
     """The issue's check: `autotune run` on a tiny real workload, then a second study on the same storage."""
     sd = make_study(tmp_path / "e2e", "first", search_space={"batch_size": {"choices": [16, 64]}},
@@ -211,6 +212,23 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     assert "machine: cpu, " in status.stdout and "model: faulty.py:build" in status.stdout
     assert "from study 'first' (same machine and model)" in status.stdout
     shutil.rmtree(sd.runs, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_calibrate_warm_starts_and_tells_its_observer(earlier: tuple[StudyDir, optuna.Study]) -> None:
+    """calibrate() runs the same loop: two real trials, the baseline and the earlier study's choice."""
+    from autotune import calibrate
+
+    sd, a = earlier
+    best = choose(a).best
+    assert best is not None
+    lines = Lines()
+    calibration = calibrate(sd.file, n_trials=2, observer=lines, name="c", storage=sd.url)
+    assert len(lines.lines) == 1 and "from study 'a' (same machine and model)" in lines.lines[0]
+    warm, *queued = warm_trials(calibration.study)  # the study file's budget (20) left room for 3
+    assert all(t.state == optuna.trial.TrialState.WAITING for t in queued)
+    assert warm.number == 1 and warm.user_attrs["config_key"] == best.config_key
+    assert warm.user_attrs["outcome"] == "complete"
 
 
 def test_config_keys_of_projected_configs_are_stable(earlier: tuple[StudyDir, optuna.Study]) -> None:
