@@ -14,10 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from autotune.cli._run_summary import print_summary
-from autotune.report import headline_data
+from autotune.report import headline_data, render_html, report_data
 from autotune.search_space import TrialConfig
 from autotune.trial_result import TrialResult
 from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
@@ -65,6 +66,9 @@ def test_summary_status_and_report_warn_in_one_line_naming_the_busy_trials(
     for text in (out.getvalue(), status.stdout, headline.statement or ""):
         assert re.search(r"best by \d+% \(± \d+%\) over #", text), text  # the winner with its interval
     assert "busy" in status.stdout.split("best so far")[0]  # the trial table marks them too
+    page = render_html(report_data(summary.study))
+    assert 'id="busy"' in page and "2 trial(s) measured on a busy machine (#2, #4" in page
+    assert 'id="statement">best by ' in page and 'data-key="baseline-throughput"' in page
 
 
 def test_a_quiet_study_has_no_warning(study_dir: Callable[..., StudyDir]) -> None:
@@ -78,9 +82,9 @@ def test_a_quiet_study_has_no_warning(study_dir: Callable[..., StudyDir]) -> Non
 
 @contextmanager
 def cpu_hog() -> Iterator[None]:
-    """Two busy loops per core this process may use, for the whole block: the held-out noise."""
+    """A busy loop per core this process may use, for the whole block: the held-out noise."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-             for _ in range(2 * len(os.sched_getaffinity(0)))]
+             for _ in range(len(os.sched_getaffinity(0)))]
     try:
         yield
     finally:
@@ -90,6 +94,8 @@ def cpu_hog() -> Iterator[None]:
             proc.wait(timeout=10)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1100)
 def test_a_study_beside_a_cpu_hog_warns_and_states_the_winner_as_a_tie_or_with_its_interval(
     study_dir: Callable[..., StudyDir],
 ) -> None:
@@ -97,16 +103,16 @@ def test_a_study_beside_a_cpu_hog_warns_and_states_the_winner_as_a_tie_or_with_i
     # width, depth and per-sample cost), a small budget, while busy loops hold every core.
     sd = study_dir("hogged", search_space={"batch_size": {"low": 16, "high": 128, "log": True},
                                            "num_workers": {"low": 0, "high": 1}},
-                   trial={"warmup_steps": 3, "max_steps": 15, "report_every": 3, "max_seconds": 90,
-                          "hang_seconds": 60},
+                   trial={"warmup_steps": 3, "max_steps": 12, "report_every": 3, "max_seconds": 150,
+                          "hang_seconds": 90},
                    sampler={"name": "random", "seed": 0}, pruner={"name": "none"},
                    confirm={"top_k": 1, "repeats": 1, "max_repeats": 2})
     text = (sd.folder / "study.yaml").read_text()
     workload = ("workload:\n  entrypoint: autotune.workloads.mlp:build\n"
                 "  args: {hidden: 256, depth: 4, transform_cost: 16}\n")
-    (sd.folder / "study.yaml").write_text(re.sub(r"(?ms)^workload:\n(?:  .*\n)+", workload, text))
+    (sd.folder / "study.yaml").write_text(re.sub(r"(?m)^workload:\n(?:  .*\n)+", workload, text))
     with cpu_hog():
-        out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=900)
+        out = sd.autotune("run", "study.yaml", "--n-trials", "2", timeout=1000)
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     busy = [t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("busy")]
@@ -116,4 +122,6 @@ def test_a_study_beside_a_cpu_hog_warns_and_states_the_winner_as_a_tie_or_with_i
     stated = re.search(r"tied within noise with #\d+|best by \d+% \((± \d+%|interval unknown[^)]*)\) over #\d+"
                        r"|the only configuration measured", out.stdout)
     assert stated, out.stdout  # never a bare winner
+    print(f"held-out hog: {stated.group(0)}; machine_load by trial",
+          {t.number: t.user_attrs.get("machine_load") for t in study.get_trials(deepcopy=False)})
     assert_nothing_left(study, sd)
