@@ -60,8 +60,9 @@ def confirm(
             if deadline is not None and clock() + expected > deadline:
                 break
             run(group)
-    while more := more_runs(study, spec):
-        if deadline is not None and clock() + expected * len(more) > deadline:
+    for _ in range(2 * settings.most_repeats()):  # bounded even if a run is not counted (failed as stale)
+        more = more_runs(study, spec)
+        if not more or (deadline is not None and clock() + expected * len(more) > deadline):
             break
         observer.confirming(len(more))
         for group in more:
