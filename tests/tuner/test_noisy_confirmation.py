@@ -78,3 +78,11 @@ def test_a_first_trial_far_below_its_rerun_is_remeasured_not_averaged_in(study_d
     assert _confirm_runs(summary.study)[32] == 2  # re-measured once more after the first was left out
     assert record["baseline"]["values"] == [1605.0, 1605.0]
     assert f"{summary.speedup:.2f}" == "1.75"  # not the 2.23x of the cold first trial averaged in
+
+
+def test_max_repeats_below_repeats_is_a_one_line_error(study_dir: Callable[..., StudyDir]) -> None:
+    sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"top_k": 1, "repeats": 3, "max_repeats": 2})
+    out = sd.autotune("validate", "study.yaml", "--no-build", timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        "error: study.yaml: confirm: max_repeats (2) is below repeats (3); raise it or leave it out")
