@@ -19,13 +19,20 @@ Target: overhead <= 5% of a 20 s trial at world size 2 with the default (warm) l
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from _common import (
     MLP,
+    REPO,
     RUNS,
     LauncherKind,
     Trials,
@@ -39,6 +46,7 @@ from _common import (
     pct,
     print_table,
     ratio,
+    read_json,
     stage,
     warn_if_busy,
     write_json,
@@ -134,6 +142,156 @@ def summarize(arms: list[tuple[LauncherKind, int]], runs: list[list[dict[str, An
     return rows
 
 
+# -- between trials: where a quickstart study's time goes outside training -------------------------------
+
+STUDY_FILE = REPO / "studies" / "quickstart.yaml"
+GAP_TARGET_S = 0.2  # one trial's end (its processes gone) -> the next trial's first rank starting, median
+TRAINING_SHARE_TARGET = 0.92  # of the search's wall time, inside training spans
+TUNER_SPANS = ("terminate", "attrs", "artifacts", "tell", "after_trial", "claim", "prepare", "launch")
+
+
+def run_traced_study(folder: Path, tree: Path | None) -> Path:
+    """``autotune run`` on a fresh copy of the quickstart study with ``AUTOTUNE_TRACE`` set; ``tree``: run the
+    autotune of another source tree (a before/after comparison). Returns the trace file."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    shutil.copy(STUDY_FILE, folder / STUDY_FILE.name)
+    trace = folder / "trace.jsonl"
+    env = {**os.environ, "AUTOTUNE_TRACE": str(trace)}
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
+    with (folder / "run.log").open("wb") as log:
+        # max_seconds raised: on a busy machine a trial would otherwise end as a timeout (nothing else changes)
+        code = subprocess.run([sys.executable, "-m", "autotune.cli", "run", STUDY_FILE.name, "--set",
+                               "trial.max_seconds=120"], cwd=folder, env=env,
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=1800).returncode
+    if code != 0:
+        console.print(f"  [red]autotune run exited {code}[/]: see {folder / 'run.log'}")
+    return trace
+
+
+def _training_span(trial_dir: Path, events: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Rank 0's training span (epoch seconds): the whole loop of a trial that finished it; a pruned or stopped
+    trial's from its start to the last window the monitor read (the rank's own clock, launch + elapsed)."""
+    done = [e for e in events if e["span"] == "training"]
+    if done:
+        return done[0]["start"], done[0]["end"]
+    starts = [e["start"] for e in events if e["span"] == "training_start"]
+    if not starts:
+        return None
+    try:
+        launched = json.loads((trial_dir / "config.json").read_text())["launched_at"]
+        windows = json.loads((trial_dir / "result.json").read_text())["windows"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not windows:
+        return None
+    return starts[0], max(starts[0], launched + windows[-1]["elapsed_s"])
+
+
+def analyse_trace(trace: Path) -> dict[str, Any]:
+    """The search phase of one traced study (the tuner's start to its last search trial, before confirmation):
+    its wall time, the share inside training spans, and per trial the gap from its end to the next trial's
+    first rank, with the tuner's spans in between."""
+    events = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+    begin = min(e["start"] for e in events if e["span"] == "tuner_run")
+    ends = [e["start"] for e in events if e["span"] == "search_end"]
+    end = ends[0] if ends else max(e["end"] for e in events)
+    by_dir: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if "trial_dir" in e:
+            by_dir.setdefault(e["trial_dir"], []).append(e)
+    trials = []
+    for trial_dir, evs in by_dir.items():
+        run = [e for e in evs if e["span"] == "run_trial"]
+        if not run or run[0]["start"] > end:
+            continue  # a confirmation run
+        ranks = [e["start"] for e in evs if e["span"] == "rank_start"]
+        span = _training_span(Path(trial_dir), evs)
+        trials.append({"trial": run[0]["trial"], "trial_dir": trial_dir, "run_start": run[0]["start"],
+                       "run_end": run[0]["end"], "first_rank": min(ranks) if ranks else None,
+                       "training": span})
+    trials.sort(key=lambda t: t["trial"])
+    training_s = sum(t["training"][1] - t["training"][0] for t in trials if t["training"])
+    gaps = []
+    for prev, nxt in itertools.pairwise(trials):
+        if nxt["first_rank"] is None:
+            continue
+        between = {name: round(sum(e["end"] - e["start"] for e in events if e["span"] == name and (
+            prev["run_end"] - 5 <= e["start"] and e["end"] <= nxt["first_rank"] + 0.001) and (
+            e.get("trial") in (None, prev["trial"], nxt["trial"]))), 4) for name in TUNER_SPANS}
+        # terminate belongs to the trial that ended; launch to the next one: both counted by time window
+        gaps.append({"after_trial": prev["trial"], "gap_s": round(nxt["first_rank"] - prev["run_end"], 4),
+                     "training_end_to_run_end_s": None if prev["training"] is None
+                     else round(prev["run_end"] - prev["training"][1], 4), "spans_s": between})
+    wall = end - begin
+    first_rank = trials[0]["first_rank"] if trials and trials[0]["first_rank"] else None
+    return {
+        "trials": len(trials),
+        "search_wall_s": round(wall, 3),
+        "training_s": round(training_s, 3),
+        "training_share": round(training_s / wall, 4) if wall > 0 else None,
+        "start_to_first_rank_s": None if first_rank is None else round(first_rank - begin, 3),
+        "gap_s_median": median([g["gap_s"] for g in gaps]),
+        "gaps": gaps,
+    }
+
+
+def study_rows(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over a tree's rounds (each round's own median gap)."""
+    spans = {name: median([median([g["spans_s"][name] for g in r["gaps"]]) or 0.0 for r in runs if r["gaps"]])
+             for name in TUNER_SPANS}
+    return {
+        "code": label,
+        "rounds": len(runs),
+        "search_wall_s": median([r["search_wall_s"] for r in runs]),
+        "training_share": median([r["training_share"] for r in runs if r["training_share"] is not None]),
+        "training_share_min": min((r["training_share"] for r in runs if r["training_share"] is not None), default=None),
+        "gap_s_median": median([r["gap_s_median"] for r in runs if r["gap_s_median"] is not None]),
+        "training_end_to_run_end_s": median([median([g["training_end_to_run_end_s"] for g in r["gaps"]
+                                                     if g["training_end_to_run_end_s"] is not None]) or 0.0
+                                             for r in runs if r["gaps"]]),
+        "start_to_first_rank_s": median([r["start_to_first_rank_s"] for r in runs if r["start_to_first_rank_s"]]),
+        "spans_s": spans,
+        "runs": runs,
+    }
+
+
+def between_trials(rounds: int, trees: dict[str, Path | None]) -> dict[str, Any]:
+    """``rounds`` traced quickstart studies per source tree, interleaved; medians and the targets."""
+    labels = list(trees)
+    loads = []
+
+    def one(label: str, i: int) -> dict[str, Any]:
+        loads.append(round(os.getloadavg()[0], 2))
+        trace = run_traced_study(RUNS / "overhead" / "study" / f"{label}-{i}", trees[label])
+        found = analyse_trace(trace)
+        console.print(f"  {label} #{i + 1}: search {found['search_wall_s']:.1f} s, training "
+                      f"{pct(found['training_share'])}, median gap {found['gap_s_median']} s (load {loads[-1]})")
+        return found
+
+    with stage(f"between trials: {rounds} traced quickstart studies x {', '.join(labels)}, interleaved"):
+        runs = interleaved(labels, rounds, one)
+    rows = [study_rows(label, r) for label, r in zip(labels, runs, strict=True)]
+    print_table(
+        "Between trials: the quickstart study's search (autotune run, traced), median over rounds",
+        ["code", "rounds", "search s", "in training", "min", "gap s (end -> next rank)", "train end -> run end s",
+         *[f"{n} s" for n in TUNER_SPANS]],
+        [[r["code"], r["rounds"], r["search_wall_s"], pct(r["training_share"]), pct(r["training_share_min"]),
+          r["gap_s_median"], r["training_end_to_run_end_s"], *[r["spans_s"][n] for n in TUNER_SPANS]]
+         for r in rows],
+    )
+    last = rows[-1]
+    share, gap = last["training_share"], last["gap_s_median"]
+    met = {"training_share": None if share is None else share >= TRAINING_SHARE_TARGET,
+           "gap": None if gap is None else gap <= GAP_TARGET_S}
+    console.print(f"target: >= {pct(TRAINING_SHARE_TARGET)} of the search in training spans ({last['code']}: "
+                  f"{pct(last['training_share'])}) -> {check(met['training_share'])}; median gap <= {GAP_TARGET_S} s "
+                  f"({last['gap_s_median']} s) -> {check(met['gap'])}")
+    return {"rows": rows, "load_avg_1m_per_round": loads,
+            "target": {"training_share_min": TRAINING_SHARE_TARGET, "gap_s_max": GAP_TARGET_S, "met": met}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: short trials, one repeat")
@@ -142,7 +300,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--span-s", type=float, help="training span per trial in seconds (default 20; quick 3)")
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--zygote-repeats", type=int, help="fresh warm launchers timed (default 3; quick 1)")
+    parser.add_argument("--study-rounds", type=int,
+                        help="traced quickstart studies per source tree (default 3; quick 1; 0: none)")
+    parser.add_argument("--study-only", action="store_true", help="only the between-trials profile; its numbers go"
+                        " into the existing JSON's between_trials, the launch overhead's stay")
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
+                        help="also profile the autotune of another source tree (e.g. before=/tmp/old), interleaved")
     args = parser.parse_args(argv)
+    pairs = (t.split("=", 1) for t in args.tree)
+    trees: dict[str, Path | None] = {label: Path(path).resolve() for label, path in pairs}
+    trees["this"] = None
+    study_rounds = args.study_rounds if args.study_rounds is not None else (1 if args.quick else 3)
     quick = args.quick
     repeats = args.repeats or (1 if quick else 5)
     span_s = args.span_s or (3.0 if quick else 20.0)
@@ -153,6 +321,15 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     machine = machine_facts()
     warn_if_busy(machine)
+    if args.study_only:
+        found = between_trials(study_rounds, trees)
+        record = read_json(out) if out.exists() else {"settings": {}, "results": {}}
+        record["results"]["between_trials"] = {**found, "machine": machine, "date": time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
+        write_json(out, "overhead", {**record["settings"], "study_rounds": study_rounds,
+                                     "trees": {k: str(v) for k, v in trees.items()}},
+                   record["results"], record.get("machine", machine), started)
+        return
     with Trials(MLP, RUNS / "overhead" / "main") as trials:
         with stage("probing step times (the first probe also starts the warm launcher's zygote)"):
             steps = {ws: choose_steps(trials, ws, span_s, warmup, 12 if quick else 25) for ws in args.world_sizes}
@@ -178,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage(f"zygote start cost: {zygote_repeats} fresh warm launcher(s), first trial vs second"):
         zygote = zygote_cost(zygote_repeats, TARGET_WORLD_SIZE)
 
+    between = between_trials(study_rounds, trees) if study_rounds > 0 else None
     rows = summarize(arms, runs, steps)
     by_arm = {(r["launcher"], r["world_size"]): r for r in rows}
     target_row = by_arm.get(("warm", TARGET_WORLD_SIZE))
@@ -264,6 +442,7 @@ def main(argv: list[str] | None = None) -> None:
             "zygote": {"summary": zygote_summary, "runs": zygote},
             "target": {"overhead_ratio_max": TARGET_RATIO, "world_size": TARGET_WORLD_SIZE, "launcher": "warm",
                        "measured": target_value, "met": met},
+            "between_trials": between,
         },
         machine,
         started,

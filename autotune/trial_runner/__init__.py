@@ -11,9 +11,11 @@ from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._process import free_port
+from autotune.trial_runner._trace import TRACE_ENV, trace_event, traced
 from autotune.trial_runner._warm import WarmLauncher
 
 __all__ = [
+    "TRACE_ENV",
     "Launcher",
     "LocalLauncher",
     "MetricsTail",
@@ -33,5 +35,7 @@ __all__ = [
     "plan_for",
     "run_trial",
     "shard_model",
+    "trace_event",
+    "traced",
     "trial_environment",
 ]

@@ -88,5 +88,10 @@ class Launcher(abc.ABC):
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
         """Start the trial described by ``plan`` and return its handle."""
 
+    def prepare(self, plan: TrialPlan) -> None:  # noqa: B027 - optional hook
+        """Called once before the study's first trial, with the plan of a typical one (the baseline's): start
+        what later launches reuse, so its cost is not paid inside the first trial. Errors are raised by the
+        launch that needs it, not here."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release anything held across trials."""

@@ -151,6 +151,11 @@ class WarmLauncher(MachineLauncher):
         data: dict[str, Any] = json.loads(line)
         return data
 
+    def prepare(self, plan: TrialPlan) -> None:
+        """Start the zygote now (the tuner does other work meanwhile); a failure is the first launch's error."""
+        with contextlib.suppress(LaunchError, OSError):
+            self._start(plan)
+
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
         lease = lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)
         try:

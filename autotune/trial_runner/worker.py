@@ -20,11 +20,14 @@ from autotune.trial_runner._rank import (
     write_error,
     write_pid,
 )
+from autotune.trial_runner._trace import trace_event
 
 
 def main(argv: list[str]) -> None:
+    started = time.time()
     trial_dir = Path(argv[1])
     rank = int(os.environ.get("RANK", "0"))
+    trace_event("rank_start", started, rank=rank, trial_dir=str(trial_dir))
     log = redirect_output(trial_dir, rank)
     faulthandler.enable(file=log, all_threads=True)
     write_pid(trial_dir, rank)

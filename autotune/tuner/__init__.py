@@ -8,7 +8,7 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
-from autotune.tuner._gp import PartialGPSampler
+from autotune.tuner._gp import GP_MAX_TRIALS, PartialGPSampler
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
@@ -31,6 +31,7 @@ from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_li
 __all__ = [
     "FINGERPRINT_ATTR",
     "FINISHED",
+    "GP_MAX_TRIALS",
     "GRACE_PERIOD_S",
     "HEARTBEAT_INTERVAL_S",
     "INTERRUPTED",

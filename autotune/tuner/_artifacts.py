@@ -15,6 +15,7 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upl
 from optuna.trial import FrozenTrial
 
 from autotune.spec import StudySpec
+from autotune.tuner._writes import BatchedSystemAttrs
 
 # Shown as text in the dashboard (mimetypes knows none of these suffixes).
 _TEXT_SUFFIXES = {".log", ".err", ".out", ".jsonl", ".txt"}
@@ -68,11 +69,15 @@ def attach_trial_artifacts(
         return []
     attached = {meta.filename for meta in get_all_artifact_meta(frozen, storage=storage)}
     ids = []
-    for path in sorted(folder.iterdir()):
-        if not path.is_file() or path.name in attached or path.stat().st_size > _MAX_BYTES:
-            continue
-        ids.append(upload_artifact(study_or_trial=frozen, file_path=str(path), artifact_store=artifact_store,
-                                   storage=storage, mimetype=_mimetype(path)))
+    batch = BatchedSystemAttrs(storage)  # every file's metadata in one transaction, not one each
+    try:
+        for path in sorted(folder.iterdir()):
+            if not path.is_file() or path.name in attached or path.stat().st_size > _MAX_BYTES:
+                continue
+            ids.append(upload_artifact(study_or_trial=frozen, file_path=str(path), artifact_store=artifact_store,
+                                       storage=batch, mimetype=_mimetype(path)))  # type: ignore[arg-type]
+    finally:
+        batch.flush()
     return ids
 
 

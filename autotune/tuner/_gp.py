@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from typing import Any
 
 import optuna
@@ -11,9 +12,11 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["PartialGPSampler"]
+__all__ = ["GP_MAX_TRIALS", "PartialGPSampler", "preload_gp"]
 
 _CONSTRAINTS_PREFIX = "constraints:"  # how optuna.Trial.set_constraint stores a constraint
+#: Finished trials past which the default sampler hands over to TPE (docs/reference.md, benchmarks/scale.py).
+GP_MAX_TRIALS = 100
 
 
 class PartialGPSampler(GPSampler):
@@ -33,13 +36,39 @@ class PartialGPSampler(GPSampler):
     its best configuration; re-measuring the best is the confirmation runs' job. When the model's choice
     has been measured, is running or failed for good (and during the start-up trials), this trial draws
     random points until one is new: one more point explored.
+
+    Past ``max_trials`` finished trials (``GP_MAX_TRIALS``, 100) the fit and the acquisition search cost seconds
+    per trial and grow with every trial, so the sampler hands over to TPE (multivariate, grouped, constant liar:
+    milliseconds), which models the same trials, pruned ones included; ``None`` never hands over.
     """
 
-    def __init__(self, *, seed: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, seed: int | None = None, max_trials: int | None = GP_MAX_TRIALS, **kwargs: Any) -> None:
         super().__init__(seed=seed, **kwargs)
         self._explore = optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1)
+        self.max_trials = max_trials
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group, constant_liar
+            self._tpe = optuna.samplers.TPESampler(
+                seed=None if seed is None else seed + 2, multivariate=True, group=True, constant_liar=True
+            )
+        self._by_tpe: set[int] = set()  # trials (numbers) this sampler handed to TPE
+
+    def _hand_over(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        """Whether ``trial`` is TPE's: once the study has ``max_trials`` finished trials, a GP fit and its
+        acquisition search take seconds (cubic in the trials, benchmarks/scale.py), TPE's a few ms."""
+        if trial.number in self._by_tpe:
+            return True
+        if self.max_trials is None:
+            return False
+        finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        if len(study._get_trials(deepcopy=False, states=finished, use_cache=True)) < self.max_trials:
+            return False
+        self._by_tpe.add(trial.number)
+        return True
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self._hand_over(study, trial):
+            return self._tpe.infer_relative_search_space(study, trial)
         # The parameters every fitted trial has, pruned and failed ones included: a conditional knob
         # (prefetch_factor without workers, bucket_cap_mb under fsdp) absent from a pruned trial is sampled
         # independently, not looked up in a trial that lacks it.
@@ -48,10 +77,20 @@ class PartialGPSampler(GPSampler):
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
+        if self._hand_over(study, trial):
+            params = self._tpe.sample_relative(study, trial, search_space)
+        else:
+            params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
         if (params and not _measured(study, trial, params)) or not search_space:
             return params
         return self._unmeasured(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        if self._hand_over(study, trial):
+            return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+        return super().sample_independent(study, trial, param_name, param_distribution)
 
     def _unmeasured(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution], tries: int = 200
@@ -65,6 +104,16 @@ class PartialGPSampler(GPSampler):
             if not _measured(study, trial, params):
                 return params
         return {}
+
+
+def preload_gp() -> None:
+    """Import what GPSampler's first fit imports (torch, scipy and optuna's GP modules: seconds on a busy
+    machine), so that it is not paid between two trials."""
+    import optuna._gp.acqf
+    import optuna._gp.gp
+    import optuna._gp.optim_mixed
+    import optuna._gp.prior
+    import optuna._gp.search_space  # noqa: F401
 
 
 #: Outcomes of FAIL trials that say something about the configuration: it fails again if re-run.

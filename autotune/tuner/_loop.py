@@ -10,6 +10,7 @@ results back live in their own modules of this package; the loop calls them.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -25,9 +26,10 @@ from autotune.objectives import Group, config_key
 from autotune.search_space import SearchSpace, TrialConfig, study_space
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
-from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial
+from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, trace_event, traced
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
+from autotune.tuner._gp import preload_gp
 from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import (
@@ -44,6 +46,7 @@ from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
 from autotune.tuner._telling import pruning_hook, tell, tell_interrupted
 from autotune.tuner._warm_start import warm_start
+from autotune.tuner._writes import set_user_attrs
 
 WAIT_FOR_OTHERS_S = 1.0  # a worker whose budget is taken by running trials elsewhere re-checks this often
 
@@ -96,6 +99,7 @@ class Tuner:
         confirmation run that would end past ``timeout_s`` is not started. With neither limit the search
         runs until Ctrl-C. Raises :class:`Interrupted` on Ctrl-C/SIGTERM after recording the stopped trial.
         """
+        trace_event("tuner_run", time.time())
         target = n_trials or self.spec.budget.n_trials
         timeout_s = timeout_s if timeout_s is not None else self.spec.budget.timeout_s
         study = self.open()
@@ -103,6 +107,7 @@ class Tuner:
         with study_lock(self.url, study.study_name):  # workers started together queue one baseline
             self.ensure_baseline(study)
         launcher = self.launcher or make_launcher(self.spec)
+        self._prepare(study, launcher)
         deadline = None if timeout_s is None else self.clock() + timeout_s
         with signals_as_interrupts():
             try:
@@ -114,7 +119,8 @@ class Tuner:
                     if deadline is not None and self.clock() + reserve > deadline:
                         break
                     try:
-                        trial = self.claim(study, target)
+                        with traced("claim"):  # recovery, the study lock, the sampler's fit (ask)
+                            trial = self.claim(study, target)
                         if trial is None:
                             # The rest of the budget runs in other workers: wait, in case one dies and its
                             # trial comes back to the queue.
@@ -124,8 +130,10 @@ class Tuner:
                     if trial is not None:
                         index += 1
                         self.run_one(study, launcher, index=index, target=target, trial=trial)
-                        check_broken_workload(study, self.spec.source)  # the same crash each time: stop
+                        with traced("after_trial", trial=trial.number):
+                            check_broken_workload(study, self.spec.source)  # the same crash each time: stop
                     done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+                trace_event("search_end", time.time())
                 # One worker confirms; the others leave it the study (their summary is not confirmed yet).
                 with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
                     if mine:
@@ -136,6 +144,19 @@ class Tuner:
         summary = summarize(study, self.spec)
         self.observer.finished(summary)
         return summary
+
+    def _prepare(self, study: optuna.Study, launcher: Launcher) -> None:
+        """Before the first trial, side by side: the launcher starts what its launches reuse (the warm
+        launcher's zygote, importing torch in its own process) while this process imports the GP sampler's
+        modules; neither is then paid inside or between trials."""
+        with traced("prepare_study"):
+            loader = None
+            if isinstance(study.sampler, optuna.samplers.GPSampler):
+                loader = threading.Thread(target=preload_gp, name="autotune-preload-gp", daemon=True)
+                loader.start()
+            launcher.prepare(plan_for(self.spec, self.space.default_config(self.spec.baseline)))
+            if loader is not None:
+                loader.join(timeout=120)
 
     @property
     def url(self) -> str:
@@ -191,6 +212,7 @@ class Tuner:
         self, study: optuna.Study, launcher: Launcher, *, index: int = 0, target: int | None = None,
         trial: optuna.Trial | None = None,
     ) -> TrialResult:
+        prepared = time.time()
         trial = trial or ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
         if ("config" in trial.user_attrs and role != ROLE_SEARCH) or "retry_of" in trial.user_attrs:
@@ -199,13 +221,7 @@ class Tuner:
         else:
             config = self.space.suggest(trial)
         key = config_key(config.model_dump())
-        for name, value in (
-            ("role", role),
-            ("config", config.model_dump()),
-            ("config_key", key),
-            ("worker", self.identity),
-        ):
-            trial.set_user_attr(name, value)
+        set_user_attrs(trial, {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity})
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
         skipped = memory_gate(self.spec, study, trial, config, role, trial_dir, self.tell)  # predicted over budget
@@ -214,6 +230,7 @@ class Tuner:
             return skipped
         on_window = self._pruning(study, trial, prune=role == ROLE_SEARCH)
         beat = Heartbeat(study, trial, self.clock)
+        trace_event("prepare", prepared, time.time(), trial=trial.number)  # suggest, the config's attrs
 
         def on_tick(elapsed: float, windows: list[Window]) -> None:
             beat()
@@ -221,7 +238,9 @@ class Tuner:
 
         try:
             # Heartbeats from a thread too: a launch may wait (for a core lease) longer than the grace period.
-            with get_heartbeat_thread(trial._trial_id, study._storage):
+            with get_heartbeat_thread(trial._trial_id, study._storage), traced(
+                "run_trial", trial=trial.number, trial_dir=str(trial_dir)
+            ):
                 result = self._run_trial(
                     plan_for(self.spec, config),
                     trial_dir,
@@ -247,7 +266,8 @@ class Tuner:
                 study.tell(trial, state=TrialState.FAIL)
             raise
         try:
-            self.tell(study, trial, result)
+            with traced("tell", trial=trial.number):
+                self.tell(study, trial, result)
         except optuna.exceptions.UpdateFinishedTrialError:
             # Another worker failed this trial as stale (our heartbeat lapsed, e.g. a frozen machine) and
             # queued it again; the study keeps that retry, this run's result stays in its folder.

@@ -1,0 +1,209 @@
+"""Costs as the work grows: the default sampler's ask at 50-500 trials, and the report of a 500-trial study.
+
+One study over every knob (``SPACE``), its trials replayed (``autotune.tuner.replay_runner``: the real tuner,
+storage and pruner, no training) from a synthetic landscape, is grown with random search to 50, 100, 200 and
+500 trials. At each size the default sampler (autotune's GP, seeded) asks ``--asks`` more trials, each told
+its landscape value before the next: the ask time is ``study.ask()`` plus the suggestion of every knob (the GP
+fits and searches its acquisition function there), timed for the GP as it is past ``GP_MAX_TRIALS`` (where
+the default hands over to TPE) and for the default. Then ``autotune report`` builds the 500-trial study's HTML
+page, ``--report-repeats`` times: its build time and size. PostgreSQL workers: benchmarks/pg_workers.py.
+
+The 5% reference is a quickstart trial's wall time (benchmarks/landscape.json's median, measured on a quiet
+machine), the shortest trial a user runs.
+
+    python benchmarks/scale.py            # about 15 minutes on 2 cores
+    python benchmarks/scale.py --quick    # sizes 20 and 40, one ask each
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    HERE,
+    MLP,
+    RUNS,
+    console,
+    default_out,
+    fresh_study_file,
+    machine_caption,
+    machine_facts,
+    make_spec,
+    median,
+    pct,
+    print_table,
+    quiet_optuna,
+    read_json,
+    stage,
+    study_document,
+    warn_if_busy,
+    write_json,
+)
+
+#: Every knob of the knob table that runs on a CPU (pin_memory and fp16 need CUDA: the study file refuses them).
+SPACE: dict[str, Any] = {
+    "batch_size": {"low": 8, "high": 512, "log": True},
+    "grad_accum": {"low": 1, "high": 4},
+    "lr_scaling": {"choices": ["none", "linear", "sqrt"]},
+    "num_workers": {"low": 0, "high": 4},
+    "prefetch_factor": {"choices": [2, 4, 8]},
+    "amp": {"choices": ["off", "bf16"]},
+    "activation_checkpointing": {"choices": [False, True]},
+    "bucket_cap_mb": {"choices": [10, 25, 50, 100]},
+    "world_size": {"choices": [1, 2]},
+    "threads_per_rank": {"low": 1, "high": 2},
+    "compile": {"choices": ["off", "default"]},
+    "sharding": {"choices": ["ddp", "fsdp"]},
+    "gradient_as_bucket_view": {"choices": [False, True]},
+    "static_graph": {"choices": [False, True]},
+}
+TRIAL = {"warmup_steps": 5, "max_steps": 50, "report_every": 5}
+SHARE_TARGET = 0.05  # of a trial's time
+
+
+def landscape(config: Any, seen: int) -> Any:
+    """A made-up but structured throughput: larger batches, two ranks, bf16 and workers help, some knobs
+    hurt; a few percent of noise from a hash of the configuration and how often it was measured."""
+    from autotune.tuner import Measured
+
+    words = config.model_dump_json() + str(seen)
+    noise = 1 + (int(hashlib.sha256(words.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF - 0.5) * 0.06
+    value = 1000.0 * min(config.batch_size, 256) ** 0.4 * (1.7 if config.world_size == 2 else 1.0)
+    value *= (1.3 if config.amp == "bf16" else 1.0) * (1 + 0.15 * min(config.num_workers, 2))
+    value *= 0.8 if config.activation_checkpointing else 1.0
+    value *= 0.9 if config.sharding != "ddp" else 1.0
+    return Measured(throughput_samples_s=value * noise, peak_memory_mb=200 + config.batch_size, overhead_s=1.0)
+
+
+def grow(spec_random: Any, size: int) -> None:
+    """Random search (the real tuner, replayed) until the study holds ``size`` trials."""
+    from autotune.tuner import NoLaunch, Tuner, replay_runner
+
+    Tuner(spec_random, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=size)
+
+
+def time_asks(spec: Any, asks: int, max_trials: int | None) -> list[float]:
+    """``asks`` trials of the default sampler on the study as it is: seconds per ask (ask + every knob's
+    suggestion), each trial told its landscape value (as complete) before the next ask."""
+    import optuna
+
+    from autotune.search_space import study_space
+    from autotune.tuner import PartialGPSampler, make_storage
+
+    space = study_space(spec)
+    sampler = PartialGPSampler(seed=0, n_startup_trials=3, warn_independent_sampling=False, max_trials=max_trials)
+    study = optuna.load_study(study_name=spec.name, storage=make_storage(spec.storage_url()), sampler=sampler)
+    seconds = []
+    for i in range(asks):
+        started = time.perf_counter()
+        trial = study.ask()
+        config = space.suggest(trial)
+        seconds.append(time.perf_counter() - started)
+        study.tell(trial, landscape(config, i).throughput_samples_s)
+    return seconds
+
+
+def trial_reference_s() -> float | None:
+    """A quickstart trial's wall time: the median over benchmarks/landscape.json's configurations."""
+    path = HERE / "landscape.json"
+    if not path.exists():
+        return None
+    configs = read_json(path)["results"]["configs"]
+    return median([c["wall_s"] for c in configs if c.get("wall_s")])
+
+
+def build_report(study_file: Path, out: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "report", str(study_file), "-o", str(out)],
+                          capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        console.print(f"  [red]autotune report exited {proc.returncode}[/]: {proc.stderr.strip()[-300:]}")
+    return {"exit_code": proc.returncode, "build_s": round(seconds, 2),
+            "size_mb": round(out.stat().st_size / 2**20, 2) if out.exists() else None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="sizes 20 and 40, one ask each, one report build")
+    parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/scale.json)")
+    parser.add_argument("--sizes", type=int, nargs="+", help="study sizes (default 50 100 200 500)")
+    parser.add_argument("--asks", type=int, help="asks timed per size and sampler (default 3)")
+    parser.add_argument("--report-repeats", type=int, help="report builds (default 2)")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([20, 40] if args.quick else [50, 100, 200, 500])
+    asks = args.asks or (1 if args.quick else 3)
+    report_repeats = args.report_repeats or (1 if args.quick else 2)
+    out = args.out or default_out("scale", args.quick)
+    quiet_optuna()
+    from autotune.tuner import GP_MAX_TRIALS
+
+    started = time.monotonic()
+    machine = machine_facts()
+    warn_if_busy(machine)
+    folder = RUNS / "scale"
+    storage = f"sqlite:///{(folder / 'scale.db').resolve()}"
+    document = study_document("scale", MLP, SPACE, TRIAL, n_trials=max(sizes), confirm={"top_k": 0},
+                              storage=storage)
+    study_file = fresh_study_file(document, folder)
+    spec = make_spec(document, folder)
+    spec_random = make_spec({**document, "sampler": {"name": "random", "seed": 1}}, folder)
+    reference = trial_reference_s()
+    rows = []
+    for size in sizes:
+        with stage(f"growing the study to {size} trials (random search, replayed)"):
+            grow(spec_random, size)
+        loads = []
+        timed: dict[str, list[float]] = {"gp": [], "default": []}
+        for _ in range(asks):
+            for arm in ("gp", "default"):  # interleaved
+                loads.append(round(os.getloadavg()[0], 2))
+                timed[arm] += time_asks(spec, 1, None if arm == "gp" else GP_MAX_TRIALS)
+        row = {
+            "trials": size,
+            "gp_ask_s": median(timed["gp"]),
+            "gp_ask_s_all": [round(s, 3) for s in timed["gp"]],
+            "default_ask_s": median(timed["default"]),
+            "default_ask_s_all": [round(s, 3) for s in timed["default"]],
+            "default_is": "gp" if size < GP_MAX_TRIALS else "tpe",
+            "load_avg_1m": loads,
+        }
+        for arm in ("gp", "default"):
+            value = row[f"{arm}_ask_s"]
+            row[f"{arm}_share_of_trial"] = None if reference is None or value is None else round(value / reference, 4)
+        console.print(f"  {size} trials: gp {row['gp_ask_s']:.3f} s, default ({row['default_is']}) "
+                      f"{row['default_ask_s']:.3f} s per ask (load {loads})")
+        rows.append(row)
+    reports = []
+    with stage(f"autotune report on the {sizes[-1]}-trial study, {report_repeats} build(s)"):
+        for i in range(report_repeats):
+            reports.append(build_report(study_file, folder / f"report-{i}.html"))
+    report = {"trials": sizes[-1], "build_s": median([r["build_s"] for r in reports if r["exit_code"] == 0]),
+              "size_mb": median([r["size_mb"] for r in reports if r["size_mb"] is not None]), "runs": reports}
+
+    print_table(
+        f"Ask time of the default sampler, every knob searched ({len(SPACE)} knobs), replayed study",
+        ["trials", "GP ask s", "GP / trial", "default", "default ask s", "default / trial", "load"],
+        [[r["trials"], r["gp_ask_s"], pct(r["gp_share_of_trial"]), r["default_is"], r["default_ask_s"],
+          pct(r["default_share_of_trial"]), r["load_avg_1m"]] for r in rows],
+        caption=machine_caption(machine) + (f"; a trial: {reference:.2f} s (landscape.json median)" if reference
+                                            else ""),
+    )
+    print_table(f"autotune report at {report['trials']} trials", ["build s", "HTML MB"],
+                [[report["build_s"], report["size_mb"]]])
+    write_json(out, "scale",
+               {"quick": args.quick, "sizes": sizes, "asks": asks, "report_repeats": report_repeats,
+                "knobs": sorted(SPACE), "trial": TRIAL, "gp_max_trials": GP_MAX_TRIALS,
+                "trial_reference_s": reference, "share_target": SHARE_TARGET},
+               {"ask": rows, "report": report}, machine, started)
+
+
+if __name__ == "__main__":
+    main()

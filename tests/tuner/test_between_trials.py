@@ -1,0 +1,142 @@
+"""What the tuner does between two trials, made shorter (issue 20.2) without changing what it stores.
+
+Replayed studies (the real tuner and SQLite storage, results from a known landscape): every finished trial
+still has all its files as artifacts and all its attributes, also when the run is stopped by Ctrl-C; the
+attributes written in one transaction are those Trial.set_user_attr writes; the default sampler handed to TPE
+past its size keeps suggesting new, valid configurations; the trace is written only when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.artifacts import get_all_artifact_meta
+from optuna.trial import TrialState
+
+from autotune.search_space import TrialConfig, study_space
+from autotune.trial_runner import TRACE_ENV
+from autotune.tuner import Interrupted, Measured, NoLaunch, PartialGPSampler, Tuner, replay_runner
+from autotune.tuner._writes import set_user_attrs
+from autotune.workload_check import load_spec
+
+from .conftest import StudyDir
+
+SPACE = {
+    "batch_size": {"choices": [8, 16, 32, 64, 128]},
+    "num_workers": {"low": 0, "high": 2},
+    "amp": {"choices": ["off", "bf16"]},
+}
+TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
+
+
+def landscape(config: TrialConfig, repeat: int) -> Measured:
+    return Measured(500.0 + 3 * config.batch_size + 40 * config.num_workers + (60 if config.amp == "bf16" else 0))
+
+
+def _files(trial_dir: str) -> set[str]:
+    return {p.name for p in Path(trial_dir).iterdir() if p.is_file()}
+
+
+def test_every_finished_trial_has_its_files_and_attributes_when_the_study_ends(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    sd = study_dir("between-artifacts", search_space=SPACE, trial=TRIAL)
+    spec = load_spec(str(sd.file))
+    Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=6)
+    study = sd.load()
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    assert len(finished) >= 6  # the search and the confirmation runs
+    for t in finished:
+        names = {m.filename for m in get_all_artifact_meta(t, storage=study._storage)}
+        assert names == _files(t.user_attrs["trial_dir"]) and {"config.json", "result.json"} <= names, t.number
+        for key in ("role", "config", "config_key", "worker", "outcome", "throughput_samples_s", "windows",
+                    "wall_s", "trial_dir", "error_lines"):
+            assert key in t.user_attrs, (t.number, key)
+
+
+def test_after_ctrl_c_the_trials_that_finished_keep_their_artifacts(study_dir: Callable[..., StudyDir]) -> None:
+    sd = study_dir("between-ctrl-c", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    spec = load_spec(str(sd.file))
+    replay = replay_runner(landscape)
+    calls = []
+
+    def stopped_at_the_fourth(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return replay(*args, **kwargs)
+
+    with pytest.raises(Interrupted):
+        Tuner(spec, launcher=NoLaunch(), run_trial=stopped_at_the_fourth).run(n_trials=8)
+    study = sd.load()
+    done = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == 3
+    for t in done:
+        names = {m.filename for m in get_all_artifact_meta(t, storage=study._storage)}
+        assert names == _files(t.user_attrs["trial_dir"]), t.number
+    stopped = study.trials[3]
+    assert stopped.state == TrialState.FAIL and stopped.user_attrs["outcome"] == "interrupted"
+
+
+def test_attributes_in_one_transaction_are_what_set_user_attr_stores(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'attrs.db'}"
+    study = optuna.create_study(storage=storage)
+    attrs = {"outcome": "complete", "windows": [[5, 1.5, None, 0.3]], "reason": "", "steps": 20, "ok": True}
+    one, batched = study.ask(), study.ask()
+    for key, value in attrs.items():
+        one.set_user_attr(key, value)
+    set_user_attrs(batched, attrs)
+    assert batched.user_attrs == attrs  # the trial object sees them at once, as with set_user_attr
+    study.tell(one, 1.0)
+    study.tell(batched, 1.0)
+    again = optuna.load_study(study_name=study.study_name, storage=storage).trials
+    assert again[0].user_attrs == again[1].user_attrs == attrs
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        set_user_attrs(batched, {"late": 1})
+    assert "late" not in optuna.load_study(study_name=study.study_name, storage=storage).trials[1].user_attrs
+
+
+def test_past_its_size_the_default_sampler_hands_over_to_tpe_and_suggests_new_valid_configurations(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    sd = study_dir("between-handover", search_space=SPACE, trial=TRIAL, pruner={"name": "none"})
+    spec = load_spec(str(sd.file))
+    space = study_space(spec)
+    Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=6)  # baseline + GP
+    sampler = PartialGPSampler(seed=0, n_startup_trials=3, warn_independent_sampling=False, max_trials=6)
+    study = optuna.load_study(study_name=spec.name, storage=spec.storage_url(), sampler=sampler)
+    distributions = space.distributions()
+    for _ in range(8):
+        trial = study.ask()
+        config = space.suggest(trial)
+        assert trial.number in sampler._by_tpe  # TPE's, not the GP's
+        TrialConfig.model_validate(config.model_dump())
+        for name, value in trial.params.items():
+            dist = distributions[name]
+            assert dist._contains(dist.to_internal_repr(value)), (name, value)
+        study.tell(trial, landscape(config, 0).throughput_samples_s)
+    finished = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") != "confirm"]
+    keys = [json.dumps(t.params, sort_keys=True) for t in finished[-8:]]
+    assert len(set(keys)) == len(keys)  # never a configuration the study has measured
+
+
+def test_the_trace_is_written_only_when_asked_for(study_dir: Callable[..., StudyDir], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = tmp_path / "trace.jsonl"
+    quiet = study_dir("between-untraced", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    Tuner(load_spec(str(quiet.file)), launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=2)
+    assert not trace.exists()
+    traced = study_dir("between-traced", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    monkeypatch.setenv(TRACE_ENV, str(trace))
+    Tuner(load_spec(str(traced.file)), launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=3)
+    spans = [json.loads(line) for line in trace.read_text().splitlines()]
+    names = {s["span"] for s in spans}
+    assert {"tuner_run", "claim", "prepare", "run_trial", "attrs", "artifacts", "tell", "search_end"} <= names
+    assert all(s["end"] >= s["start"] for s in spans)
+    assert sorted({s["trial"] for s in spans if s["span"] == "tell"}) == [0, 1, 2]
