@@ -74,11 +74,14 @@ class TimeToLoss:
 def loss_curve(windows: Sequence[Window], warmup_steps: int | None = None) -> list[tuple[float, float]]:
     """``(samples at the window's middle, window loss)`` per window with a finite loss.
 
-    A window covers the steps after the previous window's (the first: after the warm-up; when
-    ``warmup_steps`` is not given it is taken to be as long as the second window).
+    A window covers the steps after the previous window's (the first: after the warm-up — the trial's own,
+    as its windows record it, else ``warmup_steps``; when neither is known it is taken to be as long as the
+    second window).
     """
     points: list[tuple[float, float]] = []
     previous: float | None = None
+    if windows and windows[0].warmup_steps is not None:
+        warmup_steps = windows[0].warmup_steps
     for i, w in enumerate(windows):
         per_step = w.samples / w.step if w.step > 0 else 0.0
         if previous is None:
