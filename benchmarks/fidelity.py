@@ -11,21 +11,33 @@ of throughput, short vs long (for the short trials of this run, and for the stud
 measurements), and the chosen configuration's (the source's best) long-run throughput against its trial
 estimate.
 
-Targets: rho >= 0.9; the chosen configuration's long run within 5% of its trial estimate.
+``--workload hf`` measures a real third-party model instead: studies/hf_gpt2.yaml's workload (Hugging Face
+GPT2LMHeadModel) at issue 16's eight configurations (batch 16-64, workers 0-2, one and two ranks), short
+trials exactly as that study file's ``trial:`` section measures them (its defaults: the steady warm-up)
+against runs ``--factor`` times longer, interleaved the same way. Also reported for every workload: the
+median long/short of the two-rank configurations against the one-rank ones (a warm-up that ends before
+steady state reads two ranks low), and how many short trials settled.
 
-    python benchmarks/fidelity.py            # full: 10 configurations, 10x longer, about 5 minutes on 2 cores
-    python benchmarks/fidelity.py --quick    # smoke run: 3 configurations of the quick landscape, 3x longer
+Targets: rho >= 0.9; the chosen configuration's long run within 5% of its trial estimate; the two-rank and
+one-rank configurations' median long/short within 3% of each other.
+
+    python benchmarks/fidelity.py               # full: 10 configurations, 10x longer, about 5 minutes on 2 cores
+    python benchmarks/fidelity.py --workload hf # the HF GPT-2: 8 configurations, 10x longer
+    python benchmarks/fidelity.py --quick       # smoke run: 3 configurations of the quick landscape, 3x longer
+    python benchmarks/fidelity.py --quick --workload hf   # smoke run: 2 HF configurations, 8-step trials, 2x
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from _common import (
+    REPO,
     RUNS,
     Trials,
     WorkloadRef,
@@ -50,6 +62,15 @@ from _common import (
 
 RHO_TARGET = 0.9
 ESTIMATE_TARGET = 0.05
+RANK_BIAS_TARGET = 0.03
+HF_STUDY = REPO / "studies" / "hf_gpt2.yaml"
+# Issue 16's eight configurations of the HF GPT-2 (quick: one of each world size).
+HF_CONFIGS: list[dict[str, Any]] = [
+    {"batch_size": 16}, {"batch_size": 32}, {"batch_size": 64}, {"batch_size": 32, "world_size": 2},
+    {"batch_size": 64, "world_size": 2}, {"batch_size": 32, "num_workers": 2},
+    {"batch_size": 64, "num_workers": 1, "world_size": 2}, {"batch_size": 16, "world_size": 2},
+]
+HF_QUICK = [{"batch_size": 16}, {"batch_size": 16, "world_size": 2}]
 
 
 def scipy_spearman(x: list[float], y: list[float]) -> float | None:
@@ -97,14 +118,42 @@ def study_top(db: Path, name: str, top: int, quick: bool, landscape: dict[str, A
 
 
 def long_limits(short: dict[str, Any], factor: int) -> dict[str, Any]:
-    warmup, steps = short["warmup_steps"], short["max_steps"]
+    """The short trial's limits ``factor`` times longer: max_steps and the reporting window scaled, the same
+    warm-up settings (a steady warm-up then probes in the wider windows, up to half of the longer run)."""
+    warmup, steps = short.get("warmup_steps", 3), short["max_steps"]
     return {
+        **{k: v for k, v in short.items() if k in ("warmup", "settle_tolerance")},
         "warmup_steps": warmup,
         "max_steps": steps * factor,
         "report_every": (short.get("report_every") or max(1, (steps - warmup) // 8)) * factor,
         "max_seconds": float(short.get("max_seconds", 60)) * factor + 60,
         "hang_seconds": 60,
     }
+
+
+def hf_setup(quick: bool, top: int | None) -> tuple[WorkloadRef, dict[str, Any], list[dict[str, Any]]]:
+    """studies/hf_gpt2.yaml's workload and trial section (quick: 8-step trials) and issue 16's configurations."""
+    from autotune.spec import read_spec
+
+    spec = read_spec(str(HF_STUDY))
+    workload = WorkloadRef(str(HF_STUDY.parent / spec.workload.entrypoint), dict(spec.workload.args))
+    short = spec.trial.model_dump(exclude_none=True)
+    if quick:
+        short.update(max_steps=8, warmup_steps=1, report_every=1)
+    configs = (HF_QUICK if quick else HF_CONFIGS)[: top or None]
+    return workload, short, [{"label": ", ".join(f"{k}={v}" for k, v in c.items()), "config": c,
+                              "config_key": str(i), "throughput_samples_s": None} for i, c in enumerate(configs)]
+
+
+def rank_bias(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Median long/short of the two-rank and of the one-rank configurations, and the first over the second."""
+    by_world: dict[int, list[float]] = {}
+    for r in rows:
+        value = ratio(r["long_samples_s"], r["short_samples_s"])
+        if value is not None:
+            by_world.setdefault(int(r["world_size"]), []).append(value)
+    one, two = median(by_world.get(1, [])), median(by_world.get(2, []))
+    return {"one_rank": one, "two_ranks": two, "two_over_one": ratio(two, one)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -120,24 +169,36 @@ def main(argv: list[str] | None = None) -> None:
                              "--live (default) or the landscape")
     parser.add_argument("--short-repeats", type=int, default=3,
                         help="short trials per configuration; their median is the trial estimate (default 3)")
+    parser.add_argument("--workload", choices=["mlp", "hf"], default="mlp",
+                        help="mlp: the landscape's workload and a study's top configurations (default); hf: "
+                             "studies/hf_gpt2.yaml's GPT-2 at issue 16's eight configurations")
     args = parser.parse_args(argv)
     quick = args.quick
+    hf = args.workload == "hf"
     top = args.top or (3 if quick else 10)
-    factor = args.factor or (3 if quick else 10)
-    path = args.landscape or default_out("landscape", quick)
-    if not path.exists():
-        raise SystemExit(f"{path}: no landscape recorded; run `python benchmarks/landscape.py{' --quick' * quick}` "
-                         "first")
-    landscape = read_json(path)
-    settings = landscape["settings"]
-    short = dict(settings["limits"])
-    long = long_limits(short, factor)
-    out = args.out or default_out("fidelity", quick)
+    factor = args.factor or ((2 if hf else 3) if quick else 10)
+    out = args.out or default_out("fidelity_hf" if hf else "fidelity", quick)
 
     from autotune.search_space import TrialConfig
 
-    by_key = {r["config_key"]: r for r in landscape["results"]["configs"]}
-    if args.source == "study":
+    path = args.landscape or default_out("landscape", quick)
+    landscape: dict[str, Any] = {}
+    if hf:
+        workload, short, chosen = hf_setup(quick, args.top)
+        source_name = f"issue 16's configurations of {HF_STUDY.name}"
+    elif not path.exists():
+        raise SystemExit(f"{path}: no landscape recorded; run `python benchmarks/landscape.py{' --quick' * quick}` "
+                         "first")
+    else:
+        landscape = read_json(path)
+        workload = WorkloadRef(landscape["settings"]["workload"], landscape["settings"]["workload_args"])
+        short = dict(landscape["settings"]["limits"])
+    long = long_limits(short, factor)
+
+    by_key = {r["config_key"]: r for r in landscape["results"]["configs"]} if landscape else {}
+    if hf:
+        pass  # the configurations are issue 16's
+    elif args.source == "study":
         chosen = study_top(RUNS / "search_live" / "search-live.db", "search-live", top, quick, by_key)
         source_name = "the live study (search_efficiency.py --live)"
     else:
@@ -150,15 +211,16 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     machine = machine_facts()
     warn_if_busy(machine)
-    workload = WorkloadRef(settings["workload"], settings["workload_args"])
     rows: list[dict[str, Any]] = []
+    loads: list[float] = []
     with Trials(workload, RUNS / "fidelity") as trials:
         with stage("starting the warm launcher (one discarded trial)"):
             trials.run(trials.config({}), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
         with stage(f"{len(chosen)} configurations: a short trial ({short['max_steps']} steps) and a long one "
                    f"({long['max_steps']} steps) each"):
             for position, record in enumerate(seeded_shuffle(chosen, args.seed)):
-                config = TrialConfig.model_validate(record["config"])
+                config = (trials.config(record["config"]) if hf else TrialConfig.model_validate(record["config"]))
+                loads.append(os.getloadavg()[0])
                 tag = record["label"].replace(" ", "_")
                 # The short trial is repeated, as the tuner's confirmation runs repeat the best configurations
                 # (its estimate is their median); the long runs go between the repeats.
@@ -173,6 +235,13 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append({
                     "label": record["label"],
                     "config_key": record["config_key"],
+                    "world_size": config.world_size,
+                    "short_settled": [r.settled for r in measured["short"]],
+                    "short_warmup_steps": [r.warmup_steps_used for r in measured["short"]],
+                    "short_spreads": [r.throughput_spread for r in measured["short"]],
+                    "long_settled": long_run.settled,
+                    "long_warmup_steps": long_run.warmup_steps_used,
+                    "machine_load": [r.machine_load for r in (*measured["short"], long_run)],
                     "landscape_samples_s": record["throughput_samples_s"],
                     "study_samples_s": record.get("study_samples_s"),
                     "study_outcome": record.get("study_outcome"),
@@ -186,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
                 })
                 console.print(f"  {record['label']:40s} landscape {fmt(record['throughput_samples_s'])}, short "
                               f"{fmt(rows[-1]['short_samples_s'])}, long {fmt(rows[-1]['long_samples_s'])} samples/s")
-    source_key = "study_samples_s" if args.source == "study" else "landscape_samples_s"
+    source_key = "short_samples_s" if hf else "study_samples_s" if args.source == "study" else "landscape_samples_s"
     rows.sort(key=lambda r: -(r[source_key] or 0.0))
     ok = [r for r in rows if r["short_samples_s"] and r["long_samples_s"]]
     shorts = [r["short_samples_s"] for r in ok]
@@ -195,7 +264,11 @@ def main(argv: list[str] | None = None) -> None:
     rho = spearman(shorts, longs)
     rho_landscape = spearman([r["landscape_samples_s"] for r in in_landscape],
                              [r["long_samples_s"] for r in in_landscape]) if len(in_landscape) > 1 else None
-    rho_study = spearman([r["study_samples_s"] for r in ok], longs) if args.source == "study" else None
+    rho_study = spearman([r["study_samples_s"] for r in ok], longs) if args.source == "study" and not hf else None
+    bias = rank_bias(ok)
+    bias_met = None if bias["two_over_one"] is None else abs(bias["two_over_one"] - 1) <= RANK_BIAS_TARGET
+    settled = sum(bool(s) for r in rows for s in r["short_settled"])
+    shorts_run = sum(len(r["short_settled"]) for r in rows)
     best = rows[0]  # the configuration a study on these trials chooses
     estimate = ratio(best["long_samples_s"], best["short_samples_s"])
     estimate_landscape = ratio(best["long_samples_s"], best["landscape_samples_s"])
@@ -203,10 +276,12 @@ def main(argv: list[str] | None = None) -> None:
         f"Short ({short['max_steps']} steps, median of {args.short_repeats}) vs long ({long['max_steps']} steps) "
         f"trials, top {len(rows)} of {source_name}",
         ["configuration", "study samples/s", "landscape samples/s", "short samples/s", "long samples/s", "long/short",
-         "long s"],
+         "short settled", "long s"],
         [[r["label"], r["study_samples_s"], r["landscape_samples_s"], r["short_samples_s"], r["long_samples_s"],
-          ratio(r["long_samples_s"], r["short_samples_s"]), r["long_wall_s"]] for r in rows],
-        caption=machine_caption(machine),
+          ratio(r["long_samples_s"], r["short_samples_s"]),
+          f"{sum(bool(s) for s in r['short_settled'])}/{len(r['short_settled'])}", r["long_wall_s"]] for r in rows],
+        caption=machine_caption(machine) + f"; load average during the run {min(loads, default=0):.1f}-"
+                                           f"{max(loads, default=0):.1f}",
     )
     rho_met = None if rho is None else rho >= RHO_TARGET
     estimate_met = None if estimate is None else abs(estimate - 1) <= ESTIMATE_TARGET
@@ -220,12 +295,17 @@ def main(argv: list[str] | None = None) -> None:
             [f"chosen ({best['label']}): long / short trial", fmt(estimate),
              f"within {pct(ESTIMATE_TARGET)}: {check(estimate_met)}"],
             ["chosen: long / landscape trial", fmt(estimate_landscape), "-"],
+            ["median long/short: two ranks / one rank", f"{fmt(bias['two_ranks'])} / {fmt(bias['one_rank'])} = "
+             f"{fmt(bias['two_over_one'])}", f"within {pct(RANK_BIAS_TARGET)}: {check(bias_met)}"],
+            ["short trials settled", f"{settled}/{shorts_run}", "-"],
         ],
     )
     write_json(
         out,
         "fidelity",
-        {"quick": quick, "source": args.source, "landscape": str(path), "landscape_date": landscape.get("date"),
+        {"quick": quick, "workload": args.workload, "entrypoint": workload.entrypoint, "workload_args":
+         dict(workload.args), "source": "configs" if hf else args.source,
+         "landscape": None if hf else str(path), "landscape_date": landscape.get("date"),
          "top": len(rows),
          "factor": factor, "short": short, "long": long, "seed": args.seed, "short_repeats": args.short_repeats},
         {
@@ -237,8 +317,12 @@ def main(argv: list[str] | None = None) -> None:
             "chosen": best["label"],
             "chosen_long_over_short": estimate,
             "chosen_long_over_landscape": estimate_landscape,
+            "rank_bias": bias,
+            "short_settled": [settled, shorts_run],
+            "machine_load_avg_1m": [min(loads, default=0.0), max(loads, default=0.0)],
             "targets": {"rho": RHO_TARGET, "rho_met": rho_met, "estimate_within": ESTIMATE_TARGET,
-                        "estimate_met": estimate_met},
+                        "estimate_met": estimate_met, "rank_bias_within": RANK_BIAS_TARGET,
+                        "rank_bias_met": bias_met},
         },
         machine,
         started,

@@ -1,0 +1,42 @@
+"""benchmarks/fidelity.py --quick --workload hf: the real-model fidelity benchmark runs end to end (the HF
+GPT-2 of studies/hf_gpt2.yaml, one and two ranks, short trials against longer ones) and records what the
+issue asks for: rho, the chosen configuration's long/short, two ranks against one, the settled counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_fidelity_quick_on_the_hf_model_records_rho_bias_and_settling(tmp_path: Path) -> None:
+    out = tmp_path / "fidelity_hf.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "fidelity.py"), "--quick", "--workload", "hf",
+           "--short-repeats", "2", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=850, start_new_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    settings, results = record["settings"], record["results"]
+    assert settings["workload"] == "hf" and settings["entrypoint"].endswith("studies/hf_gpt2.py:build")
+    assert settings["long"]["max_steps"] == 2 * settings["short"]["max_steps"]
+    rows = results["configs"]
+    assert sorted(r["world_size"] for r in rows) == [1, 2]
+    for r in rows:
+        assert r["short_outcomes"] == ["complete", "complete"] and r["long_outcome"] == "complete"
+        assert r["short_samples_s"] > 0 and r["long_samples_s"] > 0
+        assert all(isinstance(s, bool) for s in r["short_settled"])  # every trial says whether it settled
+        assert all(isinstance(n, int) for n in r["short_warmup_steps"])
+    assert results["spearman_short_long"] in (-1.0, 1.0)  # two configurations: a rank order of two
+    bias = results["rank_bias"]
+    assert bias["two_over_one"] == pytest.approx(bias["two_ranks"] / bias["one_rank"])
+    assert results["short_settled"][1] == 4
+    assert "two ranks / one rank" in done.stdout
