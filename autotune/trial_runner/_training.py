@@ -33,7 +33,7 @@ from autotune.trial_runner._trace import trace_event
 from autotune.trial_runner._warmup import Warmup
 from autotune.workload import Workload, load_workload
 
-# The memory of a rank's tree is read at a window boundary at most this often (and at the last one).
+# On the CPU the memory of a rank's tree (PSS) is read at a window boundary at most this often (and at the last).
 MEMORY_EVERY_S = 1.0
 
 
@@ -377,7 +377,8 @@ class Trainer:
             window_time, mark = (now - mark if measuring or probing else 0.0), now
             window_steps_done, boundary_step = step - boundary_step, step
             last_boundary = step == max_steps
-            if now - memory_read_at >= MEMORY_EVERY_S or last_boundary:
+            cheap = self.device.type == "cuda"  # max_memory_allocated: a counter, read every window
+            if cheap or now - memory_read_at >= MEMORY_EVERY_S or last_boundary:
                 peak = max(peak, peak_memory_mb(self.device))
                 memory_read_at = time.perf_counter()
                 mark += memory_read_at - now  # the memory reading is not the window's
