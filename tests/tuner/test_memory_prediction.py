@@ -10,9 +10,14 @@ launched trial carries its prediction beside its measured peak.
 from __future__ import annotations
 
 import itertools
+import shutil
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 
+import optuna
+import pytest
+import yaml
 from optuna.trial import TrialState
 from rich.console import Console
 
@@ -104,3 +109,38 @@ def test_without_a_budget_every_configuration_is_launched_and_predicted(study_di
     assert not any(t.user_attrs.get("launched") is False for t in trials)
     assert all("predicted_memory_mb" in t.user_attrs for t in trials)
     assert all(t.user_attrs["predicted_memory_mb"] is not None for t in trials[1:])
+
+
+@pytest.mark.timeout(400)
+def test_a_real_workload_whose_memory_grows_with_the_batch(tmp_path: Path) -> None:
+    # Real ranks (the warm launcher) on a workload of ~12 MB a sample: batches 4 and 8 are measured, then a
+    # batch of 32 (~300 MB over the baseline) is predicted over a budget between batch 16 and 32: not launched.
+    shutil.copy2(Path(__file__).with_name("growing_workload.py"), tmp_path / "growing_workload.py")
+    doc = {
+        "name": "growing", "workload": {"entrypoint": "growing_workload.py:build"},
+        "search_space": {"batch_size": {"choices": [4, 8, 16, 32]}},
+        "trial": {"warmup_steps": 1, "max_steps": 4, "report_every": 3, "max_seconds": 60},
+        "sampler": {"name": "random", "seed": 0}, "confirm": {"top_k": 0},
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    probe = Tuner(load_spec(str(tmp_path / "study.yaml")))
+    study = probe.open()
+    probe.ensure_baseline(study)  # batch 4 first, then these two in this order
+    study.enqueue_trial({"batch_size": 8})
+    study.enqueue_trial({"batch_size": 32})
+    probe.run(n_trials=2)  # the baseline and batch 8, measured for real
+    measured = {t.params.get("batch_size", 4): t.user_attrs["peak_memory_mb"]
+                for t in study.get_trials(states=(TrialState.COMPLETE,))}
+    per_sample = (measured[8] - measured[4]) / 4
+    assert per_sample > 5, measured  # the workload's memory does grow with the batch
+    budget = measured[4] + per_sample * 20  # batch 16 fits, batch 32 (28 samples more) does not, by ~8 samples
+    doc["constraints"] = {"max_memory_mb": round(budget)}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    Tuner(load_spec(str(tmp_path / "study.yaml"))).run(n_trials=3)
+    last = optuna.load_study(study_name="growing", storage=f"sqlite:///{tmp_path / 'growing.db'}").get_trials()[-1]
+    assert last.params["batch_size"] == 32 and last.user_attrs["launched"] is False, last.user_attrs
+    assert last.user_attrs["reason"].startswith("not launched: predicted ")
+    assert last.user_attrs["predicted_memory_mb"] > budget
+    assert not Path(last.user_attrs["trial_dir"], "metrics.jsonl").exists()  # no rank ever ran it
+    second = study.get_trials()[1]
+    assert second.user_attrs["predicted_memory_mb"] is not None and second.user_attrs["peak_memory_mb"] > 0
