@@ -195,7 +195,12 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     assert first.returncode == 0, first.stdout + first.stderr
     assert "warm start" not in first.stdout
     document: dict[str, Any] = yaml.safe_load(sd.file.read_text())
-    (sd.folder / "second.yaml").write_text(yaml.safe_dump({**document, "name": "second"}, sort_keys=False))
+    # The second study fixes num_workers at 1: whichever configuration the first chose (its baseline too, on
+    # a noisy machine), its projection differs from the second's baseline (num_workers 0) and is queued.
+    space = {**document["search_space"], "num_workers": 1}
+    (sd.folder / "second.yaml").write_text(
+        yaml.safe_dump({**document, "name": "second", "search_space": space}, sort_keys=False)
+    )
     second = sd.autotune("run", "second.yaml", "--storage", sd.url, "--n-trials", "3", timeout=240)
     assert second.returncode == 0, second.stdout + second.stderr
     a = sd.load()
@@ -204,7 +209,9 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     assert best is not None
     assert "warm start: " in second.stdout and "from study 'first' (same machine and model)" in second.stdout
     warm = warm_trials(b)
-    assert warm and warm[0].number == 1 and warm[0].user_attrs["config_key"] == best.config_key
+    assert warm and warm[0].number == 1  # the first study's choice, projected: num_workers fixed at 1 here
+    ran = warm[0].user_attrs["config"]
+    assert (ran["batch_size"], ran["num_workers"]) == (best.config["batch_size"], 1)
     assert warm[0].user_attrs["outcome"] == "complete"
     assert len(b.get_trials(deepcopy=False)) == 3
     status = sd.autotune("status", "second.yaml", "--storage", sd.url)
