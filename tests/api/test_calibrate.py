@@ -106,7 +106,8 @@ def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
     example = ROOT / "studies" / "calibrated_launcher.py"
     (tmp_path / "calibrated_launcher.py").write_text(example.read_text())
     quick = (ROOT / "studies" / "quickstart.yaml").read_text()
-    (tmp_path / "quickstart.yaml").write_text(quick.replace("max_steps: 50", "max_steps: 15"))
+    quick = quick.replace("max_steps: 50", "max_steps: 15").replace("repeats: 1}", "repeats: 1, max_repeats: 1}")
+    (tmp_path / "quickstart.yaml").write_text(quick)  # one re-run each: the launcher is under test, not the noise
     out = subprocess.run([sys.executable, str(tmp_path / "calibrated_launcher.py"), "--n-trials", "2",
                           "--steps", "12"], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
