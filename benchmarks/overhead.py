@@ -162,8 +162,9 @@ def run_traced_study(folder: Path, tree: Path | None) -> Path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
     with (folder / "run.log").open("wb") as log:
         # max_seconds raised: on a busy machine a trial would otherwise end as a timeout (nothing else changes)
+        # (and no confirmation runs: only the search is measured)
         code = subprocess.run([sys.executable, "-m", "autotune.cli", "run", STUDY_FILE.name, "--set",
-                               "trial.max_seconds=120"], cwd=folder, env=env,
+                               "trial.max_seconds=120", "--set", "confirm.top_k=0"], cwd=folder, env=env,
                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=1800).returncode
     if code != 0:
         console.print(f"  [red]autotune run exited {code}[/]: see {folder / 'run.log'}")
@@ -257,14 +258,19 @@ def study_rows(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def between_trials(rounds: int, trees: dict[str, Path | None]) -> dict[str, Any]:
-    """``rounds`` traced quickstart studies per source tree, interleaved; medians and the targets."""
+def between_trials(rounds: int, trees: dict[str, Path | None], *, reuse: bool = False) -> dict[str, Any]:
+    """``rounds`` traced quickstart studies per source tree, interleaved; medians and the targets. ``reuse``:
+    read the traces a run left in benchmarks/runs/overhead/study/ instead of running (a round without a
+    trace is left out)."""
     labels = list(trees)
     loads = []
 
-    def one(label: str, i: int) -> dict[str, Any]:
+    def one(label: str, i: int) -> dict[str, Any] | None:
+        folder = RUNS / "overhead" / "study" / f"{label}-{i}"
         loads.append(round(os.getloadavg()[0], 2))
-        trace = run_traced_study(RUNS / "overhead" / "study" / f"{label}-{i}", trees[label])
+        if reuse and not (folder / "trace.jsonl").exists():
+            return None
+        trace = folder / "trace.jsonl" if reuse else run_traced_study(folder, trees[label])
         found = analyse_trace(trace)
         console.print(f"  {label} #{i + 1}: search {found['search_wall_s']:.1f} s, training "
                       f"{pct(found['training_share'])}, median gap {found['gap_s_median']} s (load {loads[-1]})")
@@ -272,7 +278,7 @@ def between_trials(rounds: int, trees: dict[str, Path | None]) -> dict[str, Any]
 
     with stage(f"between trials: {rounds} traced quickstart studies x {', '.join(labels)}, interleaved"):
         runs = interleaved(labels, rounds, one)
-    rows = [study_rows(label, r) for label, r in zip(labels, runs, strict=True)]
+    rows = [study_rows(label, [x for x in r if x is not None]) for label, r in zip(labels, runs, strict=True)]
     print_table(
         "Between trials: the quickstart study's search (autotune run, traced), median over rounds",
         ["code", "rounds", "search s", "in training", "min", "gap s (end -> next rank)", "train end -> run end s",
@@ -304,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="traced quickstart studies per source tree (default 3; quick 1; 0: none)")
     parser.add_argument("--study-only", action="store_true", help="only the between-trials profile; its numbers go"
                         " into the existing JSON's between_trials, the launch overhead's stay")
+    parser.add_argument("--from-runs", action="store_true", help="with --study-only: analyse the traces of an"
+                        " earlier run (benchmarks/runs/overhead/study/) instead of running studies")
     parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
                         help="also profile the autotune of another source tree (e.g. before=/tmp/old), interleaved")
     args = parser.parse_args(argv)
@@ -322,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     machine = machine_facts()
     warn_if_busy(machine)
     if args.study_only:
-        found = between_trials(study_rounds, trees)
+        found = between_trials(study_rounds, trees, reuse=args.from_runs)
         record = read_json(out) if out.exists() else {"settings": {}, "results": {}}
         record["results"]["between_trials"] = {**found, "machine": machine, "date": time.strftime(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}

@@ -8,9 +8,17 @@ time. The workload is tests/trial_runner/faulty.py at 4 steps: the point is the 
 
 Target: counted == N (no overshoot, nothing lost), numbers 0..N-1, one baseline.
 
+``--replay 1 2 4 8``: how the storage scales instead. For each N, N workers share one fresh database and a
+budget of N x ``--trials-per-worker``; a worker is the real tuner (claim under the study lock, ask, tell,
+artifacts, heartbeats) whose trials are replayed (``autotune.tuner.replay_runner``) and take ``--trial-s``
+seconds of wall time without using a core, so the 2 cores are not the limit. Reported per N: trials per minute,
+the tuner's storage time per trial (claim + prepare + attrs + artifacts + tell + after_trial, from the
+``AUTOTUNE_TRACE`` spans), and duplicate or lost trial numbers (target: 0).
+
     python benchmarks/pg_workers.py                    # 4 workers x 25 trials: about 2 min on 2 cores
     python benchmarks/pg_workers.py --quick            # 4 workers, 12 trials
     python benchmarks/pg_workers.py --storage postgresql+psycopg://user@host/db
+    python benchmarks/pg_workers.py --replay 1 2 4 8   # storage scaling, replayed trials: about 5 min
 """
 
 from __future__ import annotations
@@ -128,6 +136,86 @@ def count(url: str, n_trials: int) -> dict[str, Any]:
     }
 
 
+STORAGE_SPANS = ("claim", "prepare", "attrs", "artifacts", "tell", "after_trial")
+
+
+def replay_worker(study_file: str, n_trials: int, trial_s: float) -> None:  # pragma: no cover - a subprocess
+    """One worker of ``--replay``: the real tuner on the shared study, each trial replayed in ``trial_s`` s."""
+    from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
+    from autotune.workload_check import load_spec
+
+    replay = replay_runner(lambda config, seen: Measured(1000.0 + config.batch_size))
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(trial_s)  # the trial's wall time, without its CPU
+        return replay(*args, **kwargs)
+
+    Tuner(load_spec(study_file), launcher=NoLaunch(), run_trial=run).run(n_trials=n_trials)
+
+
+def replay_round(server: str, workers: int, n_trials: int, trial_s: float) -> dict[str, Any]:
+    import json
+    import statistics
+
+    url = fresh_database(server)
+    folder = RUNS / f"pg_replay-{workers}-{uuid.uuid4().hex[:6]}"
+    folder.mkdir(parents=True)
+    (folder / "faulty.py").write_text((REPO / "tests" / "trial_runner" / "faulty.py").read_text())
+    study = folder / "study.yaml"
+    study.write_text(STUDY.format(url=url))
+    started = time.monotonic()
+    procs = []
+    for i in range(workers):
+        env = {**os.environ, "AUTOTUNE_TRACE": str(folder / f"trace{i}.jsonl")}
+        with (folder / f"worker{i}.log").open("wb") as log:
+            procs.append(subprocess.Popen([sys.executable, __file__, "--replay-worker", str(study), str(n_trials),
+                                           str(trial_s)], cwd=folder, env=env, stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=subprocess.STDOUT))
+    codes = [p.wait(timeout=3600) for p in procs]
+    wall = time.monotonic() - started
+    found = count(url, n_trials)
+    storage_s = []  # per worker: its storage spans over its trials
+    for i in range(workers):
+        path = folder / f"trace{i}.jsonl"
+        spans = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        told = sum(span["span"] == "tell" for span in spans)
+        if told:
+            storage_s.append(sum(x["end"] - x["start"] for x in spans if x["span"] in STORAGE_SPANS) / told)
+    return {**found, "workers": workers, "n_trials": n_trials, "exit_codes": codes, "wall_s": round(wall, 1),
+            "trials_per_min": round(found["trials"] / wall * 60, 1),
+            "storage_s_per_trial": round(statistics.median(storage_s), 4) if storage_s else None,
+            "lost_or_duplicate": n_trials - found["counted"] if found["unique_gapless_numbers"] else None,
+            "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
+
+
+def replay_main(args: argparse.Namespace) -> None:
+    machine = machine_facts()
+    started = time.monotonic()
+    rows = []
+    with contextlib.ExitStack() as stack:
+        server = args.storage or stack.enter_context(private_postgres())
+        for workers in args.replay:
+            console.print(f"{workers} replaying worker(s), {workers * args.trials_per_worker} trials of "
+                          f"{args.trial_s:g} s")
+            rows.append(replay_round(server, workers, workers * args.trials_per_worker, args.trial_s))
+    ok = all(r["unique_gapless_numbers"] and r["overshoot"] == 0 and not any(r["exit_codes"]) for r in rows)
+    print_table(
+        f"PostgreSQL: N workers on one study, replayed trials of {args.trial_s:g} s",
+        ["workers", "budget", "trials", "trials/min", "x 1 worker", "storage s / trial", "numbers 0..N-1",
+         "overshoot", "wall s", "load"],
+        [[r["workers"], r["n_trials"], r["trials"], r["trials_per_min"],
+          round(r["trials_per_min"] / rows[0]["trials_per_min"], 2), r["storage_s_per_trial"],
+          r["unique_gapless_numbers"], r["overshoot"], r["wall_s"], r["load_avg_1m_at_end"]] for r in rows],
+        caption=machine_caption(machine),
+    )
+    write_json(args.out or default_out("pg_workers_replay", args.quick), "pg_workers_replay",
+               {"workers": args.replay, "trials_per_worker": args.trials_per_worker, "trial_s": args.trial_s,
+                "storage": "given" if args.storage else "private PostgreSQL"},
+               {"rounds": rows, "target_met": ok}, machine, started)
+    if not ok:
+        raise SystemExit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=4)
@@ -135,7 +223,20 @@ def main() -> None:
     parser.add_argument("--storage", help="a PostgreSQL server URL without database (default: start one here)")
     parser.add_argument("--quick", action="store_true", help="4 workers, 12 trials")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--replay", type=int, nargs="+", metavar="N", help="storage scaling with replayed trials"
+                        " for each number of workers N (e.g. 1 2 4 8)")
+    parser.add_argument("--trial-s", type=float, default=1.0, help="--replay: a replayed trial's wall time")
+    parser.add_argument("--replay-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.replay_worker:
+        study_file, n, trial_s = args.replay_worker
+        replay_worker(study_file, int(n), float(trial_s))
+        return
+    if args.replay:
+        if args.quick:
+            args.trials_per_worker = 4
+        replay_main(args)
+        return
     if args.quick:
         args.trials_per_worker = 3
     n_trials = args.workers * args.trials_per_worker
