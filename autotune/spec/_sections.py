@@ -185,6 +185,10 @@ class ConstraintsSpec(BaseModel):
     max_memory_mb: float | None = Field(
         None, gt=0, description="peak memory budget per rank; a trial over it is infeasible"
     )
+    predict_memory: bool = Field(
+        True, description="with max_memory_mb: a search trial predicted over it by more than the prediction's "
+        "own error is told infeasible without being launched; false launches every trial and lets it measure",
+    )
 
 
 class SamplerSpec(BaseModel):

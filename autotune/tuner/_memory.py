@@ -7,7 +7,8 @@ With ``constraints.max_memory_mb`` set, a search trial predicted over it by more
 is not launched: it is told as an oom trial that measured nothing (``launched`` false, the reason
 ``not launched: predicted 9.1 GB > 8 GB budget, from 4 trials (setting fit)``), with the constraint values
 of such an oom, so the sampler learns from it as from a measured one. The baseline, confirmation runs and
-retries are always launched.
+retries are always launched; ``constraints.predict_memory: false`` launches every trial (the prediction is
+still stored).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def gate(
     trial.set_user_attr("predicted_memory_error_mb", None if prediction is None else round(prediction.error_mb, 1))
     budget = spec.constraints.max_memory_mb
     first_run = role == ROLE_SEARCH and "retry_of" not in trial.user_attrs
+    if not spec.constraints.predict_memory:
+        budget = None  # predicted and stored, but every trial is launched and measures for itself
     if budget is None or prediction is None or not first_run or not prediction.over(budget):
         return None
     reason = NOT_LAUNCHED + prediction.describe(budget)

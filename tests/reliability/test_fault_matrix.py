@@ -49,7 +49,8 @@ def chaos_study(make_study: Callable[..., StudyDir]) -> StudyDir:
             "num_workers": 1,  # every trial has a DataLoader worker, so one can die
         },
         trial={"max_steps": 10, "max_seconds": MAX_S, "hang_seconds": HANG_S},
-        constraints={"max_memory_mb": BUDGET_MB},
+        # every fault must really run: no configuration is skipped as predicted over the budget
+        constraints={"max_memory_mb": BUDGET_MB, "predict_memory": False},
         sampler={"name": "grid", "seed": 0},
         budget={"n_trials": 1 + 2 * len(EXPECTED)},  # the baseline, then every grid point once
     )

@@ -38,7 +38,7 @@ def test_concurrent_workers_share_one_sqlite_study(
         "shared",
         search_space={"batch_size": {"choices": [8, 16, 24, 32]}},
         sampler={"name": "tpe", "seed": 0},
-        confirm={"top_k": 1, "repeats": 1},
+        confirm={"top_k": 1, "repeats": 1, "max_repeats": 1},
     )
     logs = [tmp_path / f"worker{i}.log" for i in range(WORKERS)]
     workers = [sd.popen("run", "study.yaml", "--n-trials", str(N_TRIALS), log=log) for log in logs]

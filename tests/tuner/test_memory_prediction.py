@@ -111,6 +111,20 @@ def test_without_a_budget_every_configuration_is_launched_and_predicted(study_di
     assert all(t.user_attrs["predicted_memory_mb"] is not None for t in trials[1:])
 
 
+def test_predict_memory_false_launches_every_configuration(study_dir: Callable[..., StudyDir]) -> None:
+    """With the budget kept but the prediction switched off, the over-budget configurations run and measure."""
+    sd = study_dir("memory-gate-off", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
+                   constraints={"max_memory_mb": BUDGET, "predict_memory": False}, confirm={"top_k": 0})
+    launched: list[TrialConfig] = []
+    Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape(launched))).run(n_trials=20)
+    trials = sd.load().get_trials(deepcopy=False)
+    assert len(launched) == len(trials) == 20
+    assert not any(t.user_attrs.get("launched") is False for t in trials)
+    late_over = [i for i, c in enumerate(launched) if i > 3 and memory(c) > BUDGET]
+    assert len(late_over) >= 3, late_over  # the gate would have skipped these (the test above): here they ran
+    assert all(t.user_attrs["predicted_memory_mb"] is not None for t in trials[3:])  # still predicted, and stored
+
+
 @pytest.mark.timeout(400)
 def test_a_real_workload_whose_memory_grows_with_the_batch(tmp_path: Path) -> None:
     # Real ranks (the warm launcher) on a workload of ~12 MB a sample: batches 4 and 8 are measured, then a
