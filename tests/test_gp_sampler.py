@@ -193,3 +193,31 @@ def test_constraints_of_complete_trials_do_not_break_the_fit_on_pruned_ones() ->
     assert study.get_trials()[3].constraints == {}  # the stored trial is untouched
     trial = study.ask(space)
     assert 0 <= trial.params["x"] <= 20
+
+
+def _ask_workers_and_prefetch(study: optuna.Study) -> optuna.Trial:
+    trial = study.ask()
+    workers = trial.suggest_int("num_workers", 0, 2)
+    if workers:
+        trial.suggest_int("prefetch_factor", 2, 4)
+    return trial
+
+
+def test_a_failure_fitted_only_later_does_not_break_the_search_space() -> None:
+    """A crashed trial without a conditional knob is fitted only once some trial measured a value; the
+    search space must then leave that knob out (a cached one kept it: KeyError in the fit, the run died)."""
+    study = optuna.create_study(direction="maximize", sampler=PartialGPSampler(seed=0, n_startup_trials=2))
+    crashed = study.ask({"num_workers": optuna.distributions.IntDistribution(0, 2)})
+    crashed.set_user_attr("outcome", "crashed")
+    study.tell(crashed, state=TrialState.FAIL)  # no value anywhere yet: the GP cannot place it
+    pruned = study.ask({"num_workers": optuna.distributions.IntDistribution(0, 2),
+                        "prefetch_factor": optuna.distributions.IntDistribution(2, 4)})
+    pruned.report(100.0, step=1)
+    study.tell(pruned, state=TrialState.PRUNED)  # fitted at its last value; the crash still is not
+    for value in (300.0, 200.0):
+        trial = _ask_workers_and_prefetch(study)
+        study.tell(trial, value)
+    for _ in range(3):  # the crash is fitted now (a worst value exists); the fit must not look up its prefetch
+        trial = _ask_workers_and_prefetch(study)
+        study.tell(trial, 250.0)
+    assert len(study.trials) == 7 and study.trials[-1].state == TrialState.COMPLETE

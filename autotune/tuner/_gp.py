@@ -71,8 +71,11 @@ class PartialGPSampler(GPSampler):
             return self._tpe.infer_relative_search_space(study, trial)
         # The parameters every fitted trial has, pruned and failed ones included: a conditional knob
         # (prefetch_factor without workers, bucket_cap_mb under fsdp) absent from a pruned trial is sampled
-        # independently, not looked up in a trial that lacks it.
-        return super().infer_relative_search_space(_WithPartial(study), trial)  # type: ignore[arg-type]
+        # independently, not looked up in a trial that lacks it. Computed afresh at every ask, not with
+        # Optuna's incremental cache: which trials the GP fits can change after they finished (a failure
+        # is fitted only once some trial measured a value), and a cache that walked past a trial while it
+        # was not fitted would keep a knob that trial lacks (KeyError in the fit).
+        return _fitted_search_space(_WithPartial(study))
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -104,6 +107,17 @@ class PartialGPSampler(GPSampler):
             if not _measured(study, trial, params):
                 return params
         return {}
+
+
+def _fitted_search_space(view: _WithPartial) -> dict[str, BaseDistribution]:
+    """The distributions (of more than one value) that every trial the GP fits has, identically."""
+    space: dict[str, BaseDistribution] | None = None
+    for t in view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if space is None:
+            space = dict(t.distributions)
+        else:
+            space = {name: d for name, d in space.items() if t.distributions.get(name) == d}
+    return {name: d for name, d in sorted((space or {}).items()) if not d.single()}
 
 
 def preload_gp() -> None:
