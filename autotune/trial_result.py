@@ -51,6 +51,11 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
+def t975(df: int) -> float:
+    """Student's t for a two-sided 95% interval with ``df`` degrees of freedom (1.96 past 30)."""
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
 def throughput_spread(windows: Sequence[Window]) -> float | None:
     """The relative half-width of the ~95% interval of the mean of the windows' throughputs (Student's t):
     0.04 is ±4%. None with fewer than 2 windows."""
@@ -60,9 +65,7 @@ def throughput_spread(windows: Sequence[Window]) -> float | None:
     mean = statistics.fmean(values)
     if mean <= 0:
         return None
-    df = len(values) - 1
-    t = _T975[df - 1] if df <= len(_T975) else 1.96
-    return t * statistics.stdev(values) / math.sqrt(len(values)) / mean
+    return t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values)) / mean
 
 
 @dataclass

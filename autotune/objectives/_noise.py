@@ -14,18 +14,12 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-# Student's t, two-sided 95%, by degrees of freedom (1..30); 1.96 beyond.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+from autotune.trial_result import t975
 
 # The study's first trial (the baseline) is re-measured, not averaged in, when it reads this much worse than
 # the median of its own re-runs (below it for a metric to maximize): a cold first run (page cache, imports,
 # the first torchrun) rather than the configuration. The quickstart read 922 against 1,605 (43%).
 FIRST_TRIAL_FAR_OFF = 0.2
-
-
-def t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
 
 
 def half_width(values: Sequence[float], within: Iterable[float | None] = ()) -> float | None:

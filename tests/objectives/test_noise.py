@@ -9,8 +9,9 @@ import optuna
 import pytest
 
 from autotune.objectives import choose, config_key
-from autotune.objectives._noise import busy_warning, half_width, t975
+from autotune.objectives._noise import busy_warning, half_width
 from autotune.search_space import TrialConfig
+from autotune.trial_result import t975
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
