@@ -95,15 +95,24 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         console.print(f"running: #{t.number} for {now - started:.0f} s on {worker.get('host', '?')} "
                       f"(pid {worker.get('pid', '?')})")
     table = Table(box=None, header_style="dim")
-    for name in ("#", "role", "outcome", "samples/s", "±", "MB", "loss", "load", "reason"):
-        table.add_column(name)
-    for t in trials[-15:]:
+    for name in ("#", "role", "outcome", "samples/s", "±", "MB", "loss", "load"):
+        table.add_column(name, no_wrap=True)  # short figures; the reason takes what is left of the line
+    table.add_column("reason", min_width=24)
+    shown = trials[-15:]
+    for t in shown:
         a = t.user_attrs
         outcome = str(a.get("outcome", t.state.name.lower()))
         table.add_row(str(t.number), str(a.get("role", "")), f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
                       fmt(a.get("throughput_samples_s"), ",.0f"), _spread(a), fmt(a.get("peak_memory_mb"), ",.0f"),
                       fmt(a.get("loss"), ".4g"), _load(a), escape(str(a.get("reason", ""))[:60]))
-    console.print(table)
+    # Never cut a line at the edge: a reason is read whole (wrapped in its column), also in a pipe or a log.
+    console.print(table, crop=False)
+    legend = [text for flag, text in (
+        (any(t.user_attrs.get("settled") is False for t in shown), "? warm-up never settled: a low-confidence figure"),
+        (any(t.user_attrs.get("busy") for t in shown), "! busy: other processes used its cores"),
+    ) if flag]
+    if legend:
+        console.print("[yellow]" + "   ".join(legend) + "[/]", highlight=False, soft_wrap=True)
     if summary.best is not None and summary.best_config is not None:
         width = summary.speedup_half_width
         interval = f" (± {summary.speedup * width:.2f}x)" if summary.speedup and width else ""
@@ -119,15 +128,15 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
 
 
 def _spread(attrs: dict[str, Any]) -> str:
-    """throughput_spread as ``4%``, marked when the trial's warm-up never settled (a low-confidence number)."""
+    """throughput_spread as ``4%``, marked ``?`` when the trial's warm-up never settled (a low-confidence number)."""
     spread = attrs.get("throughput_spread")
     text = f"{spread:.0%}" if isinstance(spread, (int, float)) else "-"
-    return f"[yellow]{text} unsettled[/]" if attrs.get("settled") is False else text
+    return f"[yellow]{text}?[/]" if attrs.get("settled") is False else text
 
 
 def _load(attrs: dict[str, Any]) -> str:
-    """machine_load as a percentage, marked when the trial was measured on a busy machine."""
+    """machine_load as a percentage, marked ``!`` when the trial was measured on a busy machine."""
     load = attrs.get("machine_load")
     if not isinstance(load, (int, float)):
         return "-"
-    return f"[yellow]{load:.0%} busy[/]" if attrs.get("busy") else f"{load:.0%}"
+    return f"[yellow]{load:.0%}![/]" if attrs.get("busy") else f"{load:.0%}"
