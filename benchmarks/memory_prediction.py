@@ -50,7 +50,7 @@ from _common import (
     stage,
     write_json,
 )
-from search_efficiency import Landscape, pruned_cost
+from _landscapes import Landscape, pruned_cost
 
 from autotune.objectives import MemoryModel, MemoryPoint, config_key
 from autotune.search_space import TrialConfig

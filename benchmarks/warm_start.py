@@ -40,7 +40,7 @@ from _common import (
     stage,
     write_json,
 )
-from search_efficiency import LEVEL, Landscape, Replay
+from _landscapes import LEVEL, Landscape, Replay
 
 TARGET = 3  # trials to the 95% level with a warm start, the baseline included
 
@@ -48,32 +48,14 @@ TARGET = 3  # trials to the 95% level with a warm start, the baseline included
 def run_study(landscape: Landscape, name: str, seed: int, budget: int, folder: Path, *, warm: bool
               ) -> tuple[Replay, dict[str, Any] | None]:
     """One study on ``landscape`` in the storage of ``folder``: its trials, and its warm-start record."""
-    from autotune.objectives import config_key
-    from autotune.search_space import TrialConfig
     from autotune.tuner import WARM_START_ATTR, NoLaunch, Tuner, recorded_runner
-
-    by_config = landscape.by_config()
-
-    def lookup(config: TrialConfig) -> dict[str, Any]:
-        record = by_config.get(config_key(config.model_dump()))
-        if record is None:
-            raise SystemExit(f"{landscape.path}: configuration {config.short()} is not in the landscape")
-        return record
 
     document = landscape.document(name, {"seed": seed}, budget, confirm={"top_k": 0},
                                   storage=f"sqlite:///{folder}/warm_start.db")
     document["warm_start"] = warm
     spec = make_spec(document, folder)
-    summary = Tuner(spec, launcher=NoLaunch(), run_trial=recorded_runner(lookup)).run(n_trials=budget)
-    out = Replay(name, seed)
-    for t in summary.study.get_trials(deepcopy=False):
-        outcome = t.user_attrs.get("outcome")
-        out.keys.append(str(t.user_attrs.get("config_key")))
-        out.costs.append(float(t.user_attrs.get("wall_s") or 0.0))
-        out.states.append(outcome if outcome in ("complete", "pruned") else "fail")
-        value = t.user_attrs.get("throughput_samples_s")
-        out.values.append(float(value) if value is not None and outcome in ("complete", "pruned") else None)
-    return out, summary.study.user_attrs.get(WARM_START_ATTR)
+    summary = Tuner(spec, launcher=NoLaunch(), run_trial=recorded_runner(landscape.lookup())).run(n_trials=budget)
+    return Replay.from_study(name, seed, summary.study), summary.study.user_attrs.get(WARM_START_ATTR)
 
 
 def one_seed(earlier: Landscape, measured: Landscape, seed: int, budget: int) -> dict[str, Any]:

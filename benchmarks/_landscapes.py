@@ -1,0 +1,126 @@
+"""Recorded landscapes (benchmarks/landscape.py's JSON) and the studies replayed on them: what the
+search-efficiency, warm-start and memory-prediction benchmarks share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import WorkloadRef, read_json, study_document
+
+LEVEL = 0.95  # "near-best": within 95% of the grid's best throughput
+
+
+@dataclass
+class Landscape:
+    """A recorded landscape, indexed by configuration key."""
+
+    path: Path
+    records: dict[str, dict[str, Any]]
+    settings: dict[str, Any]
+    machine: dict[str, Any]
+    best: float
+
+    @classmethod
+    def load(cls, path: Path) -> Landscape:
+        if not path.exists():
+            hint = " --quick" if path.name.endswith(".quick.json") else ""
+            raise SystemExit(f"{path}: no landscape recorded; run `python benchmarks/landscape.py{hint}` first")
+        data = read_json(path)
+        records = {r["config_key"]: r for r in data["results"]["configs"]}
+        values = [r["throughput_samples_s"] for r in records.values()
+                  if r["outcome"] == "complete" and r["throughput_samples_s"]]
+        if not values:
+            raise SystemExit(f"{path}: no complete configuration in the landscape")
+        return cls(path, records, data["settings"], data["machine"], max(values))
+
+    def by_config(self) -> dict[str, dict[str, Any]]:
+        """The records by today's configuration key (knobs added since the recording take their defaults)."""
+        from autotune.objectives import config_key
+        from autotune.search_space import TrialConfig
+
+        return {config_key(TrialConfig.model_validate(r["config"]).model_dump()): r for r in self.records.values()}
+
+    def lookup(self) -> Callable[[Any], dict[str, Any]]:
+        """``recorded_runner``'s lookup: a configuration's record (a clear exit when it was not recorded)."""
+        from autotune.objectives import config_key
+
+        by_config = self.by_config()
+
+        def lookup(config: Any) -> dict[str, Any]:
+            record = by_config.get(config_key(config.model_dump()))
+            if record is None:
+                raise SystemExit(f"{self.path}: configuration {config.short()} is not in the landscape")
+            return record
+
+        return lookup
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
+
+    def document(self, name: str, sampler: dict[str, Any], n_trials: int, pruner: dict[str, Any] | None = None,
+                 **extra: Any) -> dict[str, Any]:
+        """A study file over the landscape's workload, space and trial length (autotune's default pruner
+        unless ``pruner`` says otherwise)."""
+        workload = WorkloadRef(self.settings["workload"], self.settings["workload_args"])
+        return study_document(name, workload, self.settings["search_space"], self.settings["limits"],
+                              sampler=sampler, pruner=pruner, n_trials=n_trials, **extra)
+
+    def value(self, key: str) -> float | None:
+        record = self.records.get(key)
+        if record is None or record["outcome"] != "complete":
+            return None
+        value: float | None = record["throughput_samples_s"]
+        return value
+
+
+@dataclass
+class Replay:
+    """One replayed study: per trial its configuration's key, cost, state and (complete) value."""
+
+    strategy: str
+    seed: int
+    keys: list[str] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+
+    @classmethod
+    def from_study(cls, strategy: str, seed: int, study: Any) -> Replay:
+        """A replayed study's trials as the tuner stored them (failed ones count as ``fail``)."""
+        out = cls(strategy, seed)
+        for t in study.get_trials(deepcopy=False):
+            outcome = t.user_attrs.get("outcome")
+            out.keys.append(str(t.user_attrs.get("config_key")))
+            out.costs.append(float(t.user_attrs.get("wall_s") or 0.0))
+            out.states.append(outcome if outcome in ("complete", "pruned") else "fail")
+            value = t.user_attrs.get("throughput_samples_s")
+            out.values.append(float(value) if value is not None and outcome in ("complete", "pruned") else None)
+        return out
+
+    def reached(self, target: float) -> int | None:
+        """1-based number of the first complete trial at or above ``target``; None when none is."""
+        for i, (state, value) in enumerate(zip(self.states, self.values, strict=True)):
+            if state == "complete" and value is not None and value >= target:
+                return i + 1
+        return None
+
+    def cost_until(self, n: int) -> float:
+        return sum(self.costs[:n])
+
+    def best_within(self, n: int) -> float:
+        values = [v for s, v in zip(self.states[:n], self.values[:n], strict=True) if s == "complete" and v]
+        return max(values, default=0.0)
+
+    def pruned_within(self, n: int) -> int:
+        return sum(s == "pruned" for s in self.states[:n])
+
+
+def pruned_cost(record: dict[str, Any], window: dict[str, Any]) -> float:
+    """A trial pruned at ``window``: launch to that window, plus the trial's teardown (after its last window)."""
+    windows = record["windows"]
+    teardown = max(0.0, float(record["wall_s"]) - float(windows[-1]["elapsed_s"])) if windows else 0.0
+    return min(float(record["wall_s"]), float(window["elapsed_s"]) + teardown)
