@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import main
+
 FAULTY = Path(__file__).parent / "trial_runner" / "faulty.py"
 
 
@@ -52,3 +57,17 @@ def test_exit_codes_are_in_the_help() -> None:
         help_text = subprocess.run([sys.executable, "-m", "autotune.cli", command, "--help"], capture_output=True,
                                    text=True, timeout=60, check=True).stdout
         assert fragment in " ".join(help_text.split()), help_text
+
+
+def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the study file is read (or anything before a trial) is an interruption, not click's
+    'Aborted!' with exit 1: scripts telling a stop from a failure read 130."""
+    import autotune.workload_check
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autotune.workload_check, "load_spec", interrupted)
+    out = CliRunner().invoke(main, ["run", "study.yaml"])
+    assert out.exit_code == 130, out.output
+    assert out.output.strip().splitlines() == ["interrupted: nothing was started or recorded"]

@@ -102,15 +102,21 @@ class Tuner:
         trace_event("tuner_run", time.time())
         target = n_trials or self.spec.budget.n_trials
         timeout_s = timeout_s if timeout_s is not None else self.spec.budget.timeout_s
-        study = self.open()
-        self.recover(study)
-        with study_lock(self.url, study.study_name):  # workers started together queue one baseline
-            self.ensure_baseline(study)
-        launcher = self.launcher or make_launcher(self.spec)
-        self._prepare(study, launcher)
-        deadline = None if timeout_s is None else self.clock() + timeout_s
         with signals_as_interrupts():
             try:
+                study = self.open()
+                self.recover(study)
+                with study_lock(self.url, study.study_name):  # workers started together queue one baseline
+                    self.ensure_baseline(study)
+            except KeyboardInterrupt:
+                raise Interrupted(130) from None  # no trial of ours runs: nothing to record
+            launcher = self.launcher or make_launcher(self.spec)
+            try:
+                try:
+                    self._prepare(study, launcher)
+                except KeyboardInterrupt:
+                    raise Interrupted(130) from None
+                deadline = None if timeout_s is None else self.clock() + timeout_s
                 done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
                 self.observer.study_opened(study, target, done)
                 index = 0

@@ -181,7 +181,7 @@ def test_a_worker_waiting_for_the_others_stops_cleanly_on_ctrl_c(tmp_path: Path,
         time.sleep(8)  # started, found the budget taken by the running trial, waits
         assert waiting.poll() is None
         waiting.send_signal(signal.SIGINT)
-        assert waiting.wait(timeout=30) == 130
+        assert waiting.wait(timeout=30) == 130, (tmp_path / "waiting.log").read_text()[-3000:]
         log = (tmp_path / "waiting.log").read_text()
         assert "Traceback" not in log and "interrupted" in log
     finally:

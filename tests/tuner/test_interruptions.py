@@ -124,3 +124,29 @@ def test_ctrl_c_and_sigterm_stop_and_record_the_running_trial(
     assert [t.user_attrs.get("retry_of") for t in waiting] == [0]
     assert waiting[0].user_attrs["config"] == stopped.user_attrs["config"]
     assert_nothing_left(study, sd)
+
+
+def test_ctrl_c_before_the_first_trial_is_an_interruption_and_closes_the_launcher(
+    study_dir: Callable[..., StudyDir], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the launcher prepares (the warm launcher's zygote imports torch: seconds) is exit 130 with
+    the launcher closed, not click's 'Aborted!' exit 1 — a worker waiting for the others is often there."""
+    from autotune.tuner import Interrupted, NoLaunch, Tuner, _loop
+    from autotune.workload_check import load_spec
+
+    closed: list[bool] = []
+
+    class CtrlCWhilePreparing(NoLaunch):
+        def prepare(self, plan: object) -> None:
+            raise KeyboardInterrupt
+
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(_loop, "make_launcher", lambda spec: CtrlCWhilePreparing())
+    sd = study_dir("ctrl-c-preparing")
+    with pytest.raises(Interrupted) as stop:
+        Tuner(load_spec(str(sd.file))).run(n_trials=3)
+    assert stop.value.exit_code == 130 and closed == [True]
+    trials = sd.load().get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.WAITING]  # the queued baseline, not started
