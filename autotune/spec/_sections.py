@@ -86,7 +86,7 @@ class TrialLimits(BaseModel):
     model_config = STRICT
     warmup: Literal["steady", "fixed"] = Field(
         "steady",
-        description="steady: measure once window throughput has settled (warmup_steps at least, "
+        description="steady: measure once window throughput stopped rising (warmup_steps at least, "
         "warmup_max_steps at most); fixed: measure from warmup_steps on",
     )
     warmup_steps: int = Field(
@@ -97,7 +97,7 @@ class TrialLimits(BaseModel):
     )
     settle_tolerance: float = Field(
         0.1, gt=0, lt=1,
-        description="steady: the last 3 probe windows' throughputs agree within this fraction of their median",
+        description="steady: settled once a probe window is at most this fraction faster than the one before",
     )
     max_steps: int = Field(40, ge=1, description="optimizer steps per trial")
     max_seconds: float = Field(60.0, gt=0, description="wall-clock cap per trial, start-up included")

@@ -80,6 +80,8 @@ class FaultyLoss:
                 os.kill(os.getpid(), signal.SIGSEGV)
             if self.fault == "slow":
                 time.sleep(0.05)
+            if self.fault == "ramp":  # a slow start that keeps speeding up: each step 20% less sleep
+                time.sleep(0.2 * 0.8 ** self.calls)
         return loss
 
 

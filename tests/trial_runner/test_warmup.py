@@ -13,15 +13,16 @@ from autotune.trial_runner._warmup import Warmup, is_settled
 from .conftest import RunFaulty
 
 
-def test_settled_needs_three_windows_within_the_tolerance_of_their_median() -> None:
-    assert not is_settled([100.0, 100.0], 0.1)  # two windows are not enough
-    assert is_settled([100.0, 104.0, 96.0], 0.1)  # range 8 of median 100
-    assert not is_settled([100.0, 106.0, 94.0], 0.1)  # range 12
-    # a ramp: each window 5% above the last never agrees over three windows at 8%
-    assert not is_settled([100.0, 105.0, 110.25], 0.08)
-    # only the last three count: a slow start is forgotten once the windows agree
-    assert is_settled([40.0, 70.0, 99.0, 100.0, 101.0], 0.05)
-    assert not is_settled([0.0, 0.0, 0.0], 0.1)
+def test_settled_once_a_probe_window_is_not_faster_than_the_one_before_by_more_than_the_tolerance() -> None:
+    assert not is_settled([100.0], 0.1)  # one window: nothing to compare
+    assert is_settled([100.0, 110.0], 0.1)  # 10% faster: within the tolerance
+    assert not is_settled([100.0, 111.0], 0.1)  # still rising
+    assert is_settled([100.0, 60.0], 0.1)  # slower: scatter, not a slow start (the window interval keeps it)
+    # a ramp of 5% a window settles at 8% but never at 4%
+    assert is_settled([100.0, 105.0], 0.08) and not is_settled([100.0, 105.0], 0.04)
+    # only the newest two count: a slow start is forgotten once the throughput stops rising
+    assert is_settled([40.0, 70.0, 99.0, 100.0], 0.05)
+    assert not is_settled([0.0, 0.0], 0.1)
 
 
 def _run(limits: TrialLimits, throughputs: list[float], max_steps: int | None = None) -> Warmup:
@@ -36,14 +37,16 @@ def _run(limits: TrialLimits, throughputs: list[float], max_steps: int | None = 
     return warmup
 
 
-def test_steady_warmup_starts_measuring_where_three_probe_windows_agree() -> None:
+def test_steady_warmup_starts_measuring_where_the_throughput_stopped_rising() -> None:
     limits = TrialLimits(warmup_steps=3, max_steps=200, report_every=5)
-    # probes end at steps 8, 13, 18, 23, 28: they agree from the third-to-last on (windows 3-5)
-    warmup = _run(limits, [50.0, 80.0, 97.0, 100.0, 102.0, 999.0])
-    assert warmup.settled and warmup.measure_from == 28
-    assert warmup.throughputs == [50.0, 80.0, 97.0, 100.0, 102.0]
+    # probes end at steps 8, 13, 18, 23: each faster than the last by more than 10% until the fourth
+    warmup = _run(limits, [50.0, 80.0, 97.0, 100.0, 999.0])
+    assert warmup.settled and warmup.measure_from == 23
+    assert warmup.throughputs == [50.0, 80.0, 97.0, 100.0]
     record = warmup.record()
-    assert record["steps_used"] == 28 and record["settled"] is True and record["mode"] == "steady"
+    assert record["steps_used"] == 23 and record["settled"] is True and record["mode"] == "steady"
+    # scatter both ways after the first window is no slow start: measured from the second probe on
+    assert _run(limits, [100.0, 70.0, 130.0]).measure_from == 13
 
 
 def test_steady_warmup_that_never_settles_stops_at_the_cap_unsettled() -> None:
@@ -91,22 +94,23 @@ def test_bad_warmup_fields_are_refused(fields: dict[str, object], message: str) 
         TrialLimits(**fields)
 
 
-@pytest.mark.parametrize(("tolerance", "settles"), [(0.9, True), (1e-9, False)])
-def test_a_real_two_rank_trial_measures_from_where_its_windows_settled(
-    run_faulty: RunFaulty, tolerance: float, settles: bool
+@pytest.mark.parametrize(("fault", "settles"), [("none", True), ("ramp", False)])
+def test_a_real_two_rank_trial_measures_from_where_its_throughput_stopped_rising(
+    run_faulty: RunFaulty, fault: str, settles: bool
 ) -> None:
+    # ramp: every step sleeps 20% less than the one before, so each 2-step window is ~1.5x faster than the last
     limits = {"warmup": "steady", "warmup_steps": 2, "max_steps": 24, "report_every": 2,
-              "settle_tolerance": tolerance}
-    result, trial_dir = run_faulty(world_size=2, limits=limits)
+              "settle_tolerance": 0.9 if settles else 0.1}
+    result, trial_dir = run_faulty(fault, world_size=2, limits=limits, at_step=1)
     assert result.outcome is Outcome.COMPLETE, result.reason
     record = json.loads((trial_dir / "applied.json").read_text())["warmup"]
     probes = record["probe_throughputs"]
     assert record["mode"] == "steady" and record["cap_steps"] == 12
     # both ranks decided alike (one metrics file, no hang), and as the rule says on the reduced probe times
-    assert result.settled is settles is is_settled(probes, tolerance)
+    assert result.settled is settles is is_settled(probes, limits["settle_tolerance"])
     used = result.warmup_steps_used
     assert used == record["steps_used"] == 2 + 2 * len(probes)
-    assert used == (8 if settles else 12)  # three probes agree at once; unsettled: the cap
+    assert used == (6 if settles else 12)  # two probes compared at once; still rising: the cap
     lines = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
     assert [w["step"] for w in lines] == list(range(used + 2, 25, 2))
     assert all(w["warmup_steps"] == used and w["settled"] is settles for w in lines)
