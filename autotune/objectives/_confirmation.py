@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from autotune.objectives._dominance import DIRECTIONS
-from autotune.objectives._noise import half_width
+from autotune.objectives._noise import Pooled, half_width, pooled_sd
 
 
 class Measurement(NamedTuple):
@@ -33,8 +33,9 @@ class Group:
 
     ``spread`` is (max - min) / |median| of ``values`` (0 for a single value); ``peak_memory_mb`` and
     ``loss`` are the medians of the known ones (None when none is known); ``half_width`` is the relative
-    half-width of the ~95% interval of ``median`` (:func:`autotune.objectives._noise.half_width`; None when
-    it cannot be told: measured once without a window interval).
+    half-width of the ~95% interval of ``median`` (:func:`autotune.objectives._noise.half_width`, with the
+    deviation pooled over the groups measured together; None when it cannot be told: measured once without
+    a window interval).
     """
 
     config_key: str
@@ -91,10 +92,11 @@ def group_measurements(records: Iterable[Record]) -> list[Group]:
                 "give only feasible complete measurements"
             )
         by_key.setdefault(record.config_key, []).append(record)
-    return [_group(key, members) for key, members in by_key.items()]
+    pooled = pooled_sd([float(m.value) for m in members] for members in by_key.values())
+    return [_group(key, members, pooled) for key, members in by_key.items()]
 
 
-def _group(key: str, members: Sequence[Measurement]) -> Group:
+def _group(key: str, members: Sequence[Measurement], pooled: Pooled | None = None) -> Group:
     values = tuple(float(m.value) for m in members)
     median = statistics.median(values)
     return Group(
@@ -106,7 +108,7 @@ def _group(key: str, members: Sequence[Measurement]) -> Group:
         spread=_spread(values, median),
         peak_memory_mb=_median_of_known(m.peak_memory_mb for m in members),
         loss=_median_of_known(m.loss for m in members),
-        half_width=half_width(values, (m.within for m in members)),
+        half_width=half_width(values, (m.within for m in members), pooled),
     )
 
 

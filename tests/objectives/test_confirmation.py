@@ -77,6 +77,12 @@ def test_a_non_finite_value_is_refused() -> None:
         group_measurements([(4, KA, A, math.nan, None, None)])
 
 
+# A's log values (100, 110, 90) and B's (150, 165), each about its own mean, pooled over 2 + 1 degrees of
+# freedom: t(3) s / sqrt(3) for A's three measurements.
+_SQUARES = sum((math.log(v) - sum(map(math.log, g)) / len(g)) ** 2 for g in ((100, 110, 90), (150, 165)) for v in g)
+POOLED_A = 3.182 * math.sqrt(_SQUARES / 3) / math.sqrt(3)
+
+
 def test_to_json_is_the_group_of_storage_md() -> None:
     a, _ = group_measurements(RECORDS)
     data = a.to_json()
@@ -89,7 +95,7 @@ def test_to_json_is_the_group_of_storage_md() -> None:
         "spread": pytest.approx(0.2),
         "peak_memory_mb": 510.0,
         "loss": 2.2,
-        "half_width": pytest.approx(4.303 * 10.0 / math.sqrt(3) / 100.0, rel=1e-3),  # t(2) s / sqrt(n) / median
+        "half_width": pytest.approx(POOLED_A, rel=1e-6),
     }
     assert list(data) == ["config_key", "config", "trials", "values", "median", "spread", "peak_memory_mb", "loss",
                           "half_width"]

@@ -4,12 +4,13 @@ first trial, and the busy-machine warning — on real Optuna studies of syntheti
 from __future__ import annotations
 
 import math
+import statistics
 
 import optuna
 import pytest
 
 from autotune.objectives import choose, config_key
-from autotune.objectives._noise import busy_warning, half_width
+from autotune.objectives._noise import busy_warning, half_width, pooled_sd
 from autotune.search_space import TrialConfig
 from autotune.trial_result import t975
 
@@ -51,6 +52,24 @@ def test_the_interval_is_students_t_over_root_n_and_never_narrower_than_the_wind
     assert half_width([1000.0]) is None  # once, without a window interval: unknown
     assert half_width([1000.0], [0.04]) == pytest.approx(0.04)
     assert half_width([1000.0, 1000.0], [0.04, 0.06]) == pytest.approx(0.05 / math.sqrt(2))
+
+
+def test_the_deviation_is_pooled_over_the_configurations_measured_more_than_once() -> None:
+    # two measurements alone: t(1) = 12.7 makes a ~6% difference an interval of about ±56%
+    alone = half_width([1064.0, 938.0])
+    assert alone is not None and alone > 0.5
+    # pooled with two configurations measured 4 and 3 times: 1 + 3 + 2 degrees of freedom
+    groups = [[1064.0, 938.0], [2004.0, 2189.0, 1794.0, 1938.0], [2081.0, 1851.0, 1656.0]]
+    pooled = pooled_sd(groups)
+    assert pooled is not None and pooled.df == 6
+    logs = [[math.log(v) for v in g] for g in groups]
+    squares = sum((x - statistics.fmean(g)) ** 2 for g in logs for x in g)
+    assert pooled.sd == pytest.approx(math.sqrt(squares / 6))
+    assert half_width(groups[0], (), pooled) == pytest.approx(t975(6) * pooled.sd / math.sqrt(2))
+    assert 0.1 < half_width(groups[0], (), pooled) < 0.2  # type: ignore[operator]
+    # never narrower than the windows; a group with a value <= 0 (no log) and single values are left out
+    assert half_width(groups[0], [0.5, 0.5], pooled) == pytest.approx(0.5 / math.sqrt(2))
+    assert pooled_sd([[5.0], [-1.0, 2.0]]) is None
 
 
 def test_separated_intervals_say_best_by_with_the_interval() -> None:
