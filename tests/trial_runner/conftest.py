@@ -41,6 +41,7 @@ def run_faulty(tmp_path: Path, warm_launcher: WarmLauncher) -> RunFaulty:
         max_memory_mb: float | None = None,
         on_window: Any = None,
         trace: bool = False,
+        step_times: bool = False,
         knobs: dict[str, Any] | None = None,
         **args: Any,
     ) -> tuple[TrialResult, Path]:
@@ -54,6 +55,7 @@ def run_faulty(tmp_path: Path, warm_launcher: WarmLauncher) -> RunFaulty:
             limits=TrialLimits(**{"warmup": "fixed", "warmup_steps": 2, "max_steps": 20, "max_seconds": 40,
                                   "hang_seconds": 5, **(limits or {})}),
             trace=trace,
+            step_times=step_times,
         )
         trial_dir = tmp_path / f"trial{next(counter)}"
         launcher: Launcher = warm_launcher if kind == "warm" else LocalLauncher()
