@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from autotune.spec import split_hyperparameters
 from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, apply_threads, shard_model
-from autotune.trial_runner._memory import peak_memory_mb
+from autotune.trial_runner._memory import MemorySampler
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
 from autotune.trial_runner._trace import trace_event
 from autotune.trial_runner._warmup import Warmup
@@ -330,9 +330,6 @@ class Trainer:
         window_loss = torch.zeros((), device=self.device)
         first_step_s: float | None = None
         peak = 0.0
-        # Seconds since the last memory reading on a clock every rank shares (the reduced gaps between
-        # boundaries): the ranks read at the same boundaries.
-        since_read = math.inf
         step = boundary_step = 0
         outcome = "complete"
         reason = f"{max_steps} steps"
@@ -346,18 +343,20 @@ class Trainer:
         # A window's time is the wall-clock time since the previous boundary, the boundary's own reduction
         # included: DataLoader workers keep producing while the main loop is not stepping, so timing only
         # the steps would hand a loader-bound configuration free time and make short trials optimistic.
-        # Reading the memory is the exception (PSS of the rank's tree: ~15 ms a process, more with workers):
-        # it is taken on a clock (MEMORY_EVERY_S), not per window, and its time is left out of the window, so
-        # short trials with many windows and long runs with few pay the same for it. With several ranks they
-        # all read at the same boundary and leave it together (a barrier): a rank that did not read, or read
-        # faster, would otherwise wait for the reader inside its next window — measured on the HF GPT-2, two
-        # ranks' short trials (2-step windows) read 8-13% below 10x longer runs while one rank's did not.
+        # The memory is read on a thread of its own (MemorySampler), not at the boundaries: a reading in the
+        # loop (PSS of the rank's tree, tens of ms) either costs the window or, left out of it, gives the
+        # DataLoader workers free time; with two ranks, a rank waited inside its next window for the other's
+        # reading (the HF GPT-2's two-rank short trials read 8-13% below 10x longer runs).
+        reads: list[tuple[int, float]] | None = [] if steps_log is not None else None
+        memory = MemorySampler(self.device, MEMORY_EVERY_S, reads)
         mark = time.perf_counter()
-        boundary_at = mark
         step_started = time.perf_counter()
         while step < max_steps:
             loss = self.step(batches)
             step += 1
+            memory.step = step
+            if step == 1:
+                memory.start()  # after the first batch: the DataLoader's workers exist (and are forked)
             os.utime(self.heartbeat)
             if steps_log is not None:
                 steps_log["step_end"].append(time.perf_counter())
@@ -384,29 +383,21 @@ class Trainer:
             probing = warmup.warming and step > warmup.min_steps  # a probe window is timed like a measured one
             window_time, mark = (now - mark if measuring or probing else 0.0), now
             window_steps_done, boundary_step = step - boundary_step, step
-            gap = now - boundary_at
             last_boundary = step == max_steps
-            cheap = self.device.type == "cuda"  # max_memory_allocated: a counter, read every window
-            if cheap or since_read >= MEMORY_EVERY_S or last_boundary:  # alike on every rank
-                peak = max(peak, peak_memory_mb(self.device))
-                if not cheap and ctx.world_size > 1:
-                    dist.barrier()
-                mark = time.perf_counter()  # the memory reading (everyone's) is not the window's
-                since_read = 0.0
-                if steps_log is not None:
-                    steps_log["memory_read_s"].append(mark - now)
-                    steps_log["memory_read_step"].append(step)
-            boundary_at = mark
-            # One small reduction per window: slowest rank's time, largest memory, non-finite flag, the
-            # longest gap since the last boundary (the shared clock of the memory reading); mean loss.
+            if self.device.type == "cuda" or last_boundary:  # CUDA: a counter; the last: the final figure
+                memory.stop()
+                peak = memory.read()
+                mark = time.perf_counter()
+            else:
+                peak = memory.peak
+            # One small reduction per window: slowest rank's time, largest memory, non-finite flag; mean loss.
             local_loss = (window_loss / max(1, window_steps_done)).float()
             finite = bool(torch.isfinite(local_loss))
-            maxes = torch.tensor([window_time, peak, 0.0 if finite else 1.0, gap], device=reduce_device)
+            maxes = torch.tensor([window_time, peak, 0.0 if finite else 1.0], device=reduce_device)
             dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
             loss_sum = torch.tensor([local_loss.item() if finite else 0.0], device=reduce_device)
             dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-            slowest, peak_all, nonfinite, longest_gap = (float(x) for x in maxes.tolist())
-            since_read += longest_gap
+            slowest, peak_all, nonfinite = (float(x) for x in maxes.tolist())
             mean_loss = float(loss_sum.item()) / ctx.world_size
             if nonfinite:
                 outcome = "diverged"
@@ -439,9 +430,12 @@ class Trainer:
                     with metrics_path.open("a") as f:
                         f.write(json.dumps(record) + "\n")
             window_loss = torch.zeros((), device=self.device)
+        memory.stop()
         if "warmup" not in self.applied:
             self.applied["warmup"] = warmup.record()
         if steps_log is not None:
+            steps_log["memory_read_step"] = [float(at) for at, _ in reads or []]
+            steps_log["memory_read_s"] = [took for _, took in reads or []]
             _write_json(ctx.trial_dir / f"steps.rank{ctx.rank}.json", steps_log)
         if plan.trace and self.ddp is not None:
             self.applied["allreduce_calls_total"] = self._allreduce_count

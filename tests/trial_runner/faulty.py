@@ -81,7 +81,7 @@ class FaultyLoss:
             if self.fault == "slow":
                 time.sleep(0.05)
             if self.fault == "ramp":  # a slow start that keeps speeding up: each step 20% less sleep
-                time.sleep(0.2 * 0.8 ** self.calls)
+                time.sleep(0.4 * 0.8 ** self.calls)
         return loss
 
 
