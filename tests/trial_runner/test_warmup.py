@@ -98,8 +98,9 @@ def test_bad_warmup_fields_are_refused(fields: dict[str, object], message: str) 
 def test_a_real_two_rank_trial_measures_from_where_its_throughput_stopped_rising(
     run_faulty: RunFaulty, fault: str, settles: bool
 ) -> None:
-    # slow: 50 ms a step, flat; ramp: every step sleeps 20% less than the one before (0.4 s at first), so each 2-step window is ~1.5x
-    # faster than the last, by far more than a memory reading on the rank's thread can slow one (tens of ms)
+    # slow: 50 ms a step, flat; ramp: every step sleeps 20% less than the one before (0.4 s at first), so
+    # each 2-step window is ~1.5x faster than the last, by far more than a memory reading on the rank's
+    # thread can slow one (tens of ms)
     limits = {"warmup": "steady", "warmup_steps": 2, "max_steps": 24, "report_every": 2,
               "settle_tolerance": 0.9 if settles else 0.1}
     result, trial_dir = run_faulty(fault, world_size=2, limits=limits, at_step=1)
