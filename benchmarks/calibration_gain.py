@@ -1,8 +1,9 @@
 """Calibration gain: the configuration autotune chooses against the workload's default, side by side.
 
 For each built-in reference workload (mlp, convnet, lm): ``autotune.calibrate()`` runs a fresh study over
-the workload's knobs (15 trials as long as the quickstart's, autotune's default sampler and pruner, the
-default warm launcher). For mlp the grid is the landscape's (landscape.py); for convnet and lm a grid of
+the workload's knobs and the compute knobs (threads_per_rank, compile, sharding; ``--knobs ten`` leaves them
+out), 15 trials as long as the quickstart's, autotune's default sampler and pruner, the default warm
+launcher. For mlp the grid is the landscape's (landscape.py); for convnet and lm a grid of
 48 configurations (batch_size 32-256 x num_workers 0-2 x amp x world_size) is measured once each, in a
 seeded random order, to find the best configuration of a reasonable grid. Then the default configuration
 (num_workers 0, fp32, no checkpointing, 25 MB buckets, base batch, one rank), the chosen one and the
@@ -67,6 +68,13 @@ GENERAL_SPACE: dict[str, Any] = {
     "amp": {"choices": ["off", "bf16"]},
     "activation_checkpointing": {"choices": [False, True]},
     "world_size": {"choices": [1, 2]},
+}
+#: The compute knobs, searched beside the ten in every workload's space (``--knobs ten`` leaves them out): threads
+#: per rank 1-2 (the cores of this machine), torch.compile off or default, DDP or FSDP sharding.
+NEW_KNOBS: dict[str, Any] = {
+    "threads_per_rank": {"low": 1, "high": 2},
+    "compile": {"choices": ["off", "default"]},
+    "sharding": {"choices": ["ddp", "fsdp"]},
 }
 SEARCH_TRIAL = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_seconds": 180}  # the quickstart's
 SEARCH_TRIAL_QUICK = {"warmup_steps": 2, "max_steps": 10, "report_every": 2, "max_seconds": 60}
@@ -162,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "convnet", "lm"])
     parser.add_argument("--repeats", type=int, help="side-by-side trials per arm (default 3; quick 1)")
     parser.add_argument("--landscape", type=Path, help="MLP landscape JSON (default benchmarks/landscape.json)")
+    parser.add_argument("--knobs", choices=["all", "ten"], default="all",
+                        help="all: the ten knobs and threads_per_rank, compile, sharding (default); ten: the ten")
     args = parser.parse_args(argv)
     quick = args.quick
     repeats = args.repeats or (1 if quick else 3)
@@ -179,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         space = GENERAL_SPACE
         if name == "mlp":
             space = landscape["search_space"] if landscape else space_of_grid(MLP_GRID)
+        if args.knobs == "all":
+            space = {**space, **NEW_KNOBS}
         with stage(f"{name}: calibrating"):
             calibration, calibrate_s, default = calibrate_workload(name, workload, space, quick)
         console.print(f"  chose {calibration.summary()}")
@@ -250,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         "calibration_gain",
         {"quick": quick, "repeats": repeats, "measure_trial": limits,
          "search_trial": SEARCH_TRIAL_QUICK if quick else SEARCH_TRIAL, "workloads": args.workloads,
+         "knobs": args.knobs,
          "landscape": landscape and {"path": landscape["path"], "date": landscape["date"]},
          "targets": {"gain": GAIN_TARGET, "of_grid_best": GRID_TARGET}},
         {"workloads": results, "targets": targets},
