@@ -183,8 +183,8 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
         summary = Tuner(spec, observer=view).run(n_trials=n_trials, timeout_s=timeout_s)
     except Interrupted as stop:
         view.stop()
-        err_console.print(f"interrupted: the running trial was stopped and recorded; rerun `autotune run "
-                          f"{study_file}` to continue")
+        what = "the running trial was stopped and recorded" if stop.trial_stopped else "no trial was running"
+        err_console.print(f"interrupted: {what}; rerun `autotune run {study_file}` to continue")
         sys.exit(stop.exit_code)
     finally:
         view.stop()

@@ -109,13 +109,13 @@ class Tuner:
                 with study_lock(self.url, study.study_name):  # workers started together queue one baseline
                     self.ensure_baseline(study)
             except KeyboardInterrupt:
-                raise Interrupted(130) from None  # no trial of ours runs: nothing to record
+                raise Interrupted(130, trial_stopped=False) from None  # no trial of ours runs: nothing to record
             launcher = self.launcher or make_launcher(self.spec)
             try:
                 try:
                     self._prepare(study, launcher)
                 except KeyboardInterrupt:
-                    raise Interrupted(130) from None
+                    raise Interrupted(130, trial_stopped=False) from None
                 deadline = None if timeout_s is None else self.clock() + timeout_s
                 done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
                 self.observer.study_opened(study, target, done)
@@ -132,7 +132,7 @@ class Tuner:
                             # trial comes back to the queue.
                             time.sleep(WAIT_FOR_OTHERS_S)
                     except KeyboardInterrupt:
-                        raise Interrupted(130) from None  # no trial of ours runs: nothing to record
+                        raise Interrupted(130, trial_stopped=False) from None  # none of ours runs: nothing to record
                     if trial is not None:
                         index += 1
                         self.run_one(study, launcher, index=index, target=target, trial=trial)

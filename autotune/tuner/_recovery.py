@@ -27,11 +27,14 @@ from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 
 class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM: the running trial was stopped and recorded; ``exit_code`` is 130 or 143."""
+    """Ctrl-C or SIGTERM: the running trial was stopped and recorded; ``exit_code`` is 130 or 143.
+    ``trial_stopped`` is False when none of this tuner's trials was running (it stopped before or between
+    trials)."""
 
-    def __init__(self, exit_code: int) -> None:
+    def __init__(self, exit_code: int, trial_stopped: bool = True) -> None:
         super().__init__(exit_code)
         self.exit_code = exit_code
+        self.trial_stopped = trial_stopped
 
 
 def worker_identity() -> dict[str, Any]:

@@ -147,6 +147,6 @@ def test_ctrl_c_before_the_first_trial_is_an_interruption_and_closes_the_launche
     sd = study_dir("ctrl-c-preparing")
     with pytest.raises(Interrupted) as stop:
         Tuner(load_spec(str(sd.file))).run(n_trials=3)
-    assert stop.value.exit_code == 130 and closed == [True]
+    assert stop.value.exit_code == 130 and not stop.value.trial_stopped and closed == [True]
     trials = sd.load().get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.WAITING]  # the queued baseline, not started
