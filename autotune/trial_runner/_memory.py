@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 
 import psutil
 import torch
@@ -66,8 +68,6 @@ class MemorySampler:
     after :meth:`stop`). ``log``, when given, gets (the loop's step at the reading, seconds it took)."""
 
     def __init__(self, device: torch.device, every_s: float, log: list[tuple[int, float]] | None = None) -> None:
-        import threading
-
         self.device, self.every_s, self.log = device, every_s, log
         self.peak = 0.0
         self.step = 0  # the training loop's step, set by the loop
@@ -86,8 +86,6 @@ class MemorySampler:
             self._thread.join(timeout=10)
 
     def read(self) -> float:
-        import time
-
         started = time.perf_counter()
         self.peak = max(self.peak, peak_memory_mb(self.device))
         if self.log is not None:

@@ -334,9 +334,7 @@ class Trainer:
         outcome = "complete"
         reason = f"{max_steps} steps"
         last_loss: float | None = None
-        steps_log: dict[str, list[float]] | None = (
-            {"step_end": [], "memory_read_s": [], "memory_read_step": []} if plan.step_times else None
-        )
+        steps_log: dict[str, list[float]] | None = {"step_end": []} if plan.step_times else None
         training_started_at = time.time()
         if ctx.rank == 0:
             trace_event("training_start", training_started_at, trial_dir=str(ctx.trial_dir))
@@ -385,7 +383,8 @@ class Trainer:
             window_steps_done, boundary_step = step - boundary_step, step
             last_boundary = step == max_steps
             if self.device.type == "cuda" or last_boundary:  # CUDA: a counter; the last: the final figure
-                memory.stop()
+                if last_boundary:
+                    memory.stop()
                 peak = memory.read()
                 mark = time.perf_counter()
             else:
