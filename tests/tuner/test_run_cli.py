@@ -102,10 +102,14 @@ def test_run_searches_confirms_and_prints_the_choice(ran: tuple[StudyDir, subpro
     assert record["best_trial"] in best["trials"]
     measured = [t.user_attrs["throughput_samples_s"] for t in trials if t.number in best["trials"]]
     assert best["median"] == pytest.approx(statistics.median(measured))
-    # a group holds every complete, feasible measurement of its configuration
+    # a group holds every complete, feasible measurement of its configuration, less the baseline's first
+    # trial when it read far off its re-runs (left out, and the summary says so)
+    left_out = record["left_out"]
+    assert set(left_out) <= {0}
     same = [t.number for t in trials if t.user_attrs["config_key"] == best["config_key"]
-            and t.user_attrs["outcome"] == "complete"]
+            and t.user_attrs["outcome"] == "complete" and t.number not in left_out]
     assert sorted(best["trials"]) == sorted(same)
+    assert ("(the baseline's first run) read more than" in out.stdout) == bool(left_out)
     # every confirmed configuration was re-run once (repeats: 1): the top one and the baseline
     assert sorted(t.user_attrs["config_key"] for t in confirms) == sorted(groups)
     assert trials[0].user_attrs["config_key"] in groups
