@@ -23,6 +23,7 @@ one-rank configurations' median long/short within 3% of each other.
 
     python benchmarks/fidelity.py               # full: 10 configurations, 10x longer, about 5 minutes on 2 cores
     python benchmarks/fidelity.py --workload hf # the HF GPT-2: 8 configurations, 10x longer
+    python benchmarks/fidelity.py --workload hf --long-repeats 2  # two long runs each: their median
     python benchmarks/fidelity.py --quick       # smoke run: 3 configurations of the quick landscape, 3x longer
     python benchmarks/fidelity.py --quick --workload hf   # smoke run: 2 HF configurations, 8-step trials, 2x
 """
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
                              "--live (default) or the landscape")
     parser.add_argument("--short-repeats", type=int, default=3,
                         help="short trials per configuration; their median is the trial estimate (default 3)")
+    parser.add_argument("--long-repeats", type=int, default=1,
+                        help="long runs per configuration, alternating with the short ones; their median is the "
+                             "long-run figure (default 1)")
     parser.add_argument("--workload", choices=["mlp", "hf"], default="mlp",
                         help="mlp: the landscape's workload and a study's top configurations (default); hf: "
                              "studies/hf_gpt2.yaml's GPT-2 at issue 16's eight configurations")
@@ -225,13 +229,21 @@ def main(argv: list[str] | None = None) -> None:
                 # The short trial is repeated, as the tuner's confirmation runs repeat the best configurations
                 # (its estimate is their median); the long runs go between the repeats.
                 lengths = [("short", short)] * args.short_repeats
-                lengths.insert(len(lengths) // 2 if position % 2 == 0 else (len(lengths) + 1) // 2, ("long", long))
+                if args.long_repeats == 1:
+                    lengths.insert(len(lengths) // 2 if position % 2 == 0 else (len(lengths) + 1) // 2,
+                                   ("long", long))
+                else:  # short, long, short, long, ...: each long run between two short ones where it can be
+                    lengths = [run for i in range(max(args.short_repeats, args.long_repeats))
+                               for run in ([("short", short)] if i < args.short_repeats else [])
+                               + ([("long", long)] if i < args.long_repeats else [])]
                 measured: dict[str, list[Any]] = {"short": [], "long": []}
                 for kind, limits in lengths:
                     measured[kind].append(trials.run(config, limits, "warm", tag=f"{kind}-{tag}"))
                 shorts_run = [r.throughput_samples_s for r in measured["short"]
                               if r.outcome.value == "complete" and r.throughput_samples_s]
                 long_run = measured["long"][0]
+                longs_run = [r.throughput_samples_s for r in measured["long"]
+                             if r.outcome.value == "complete" and r.throughput_samples_s]
                 rows.append({
                     "label": record["label"],
                     "config_key": record["config_key"],
@@ -239,18 +251,21 @@ def main(argv: list[str] | None = None) -> None:
                     "short_settled": [r.settled for r in measured["short"]],
                     "short_warmup_steps": [r.warmup_steps_used for r in measured["short"]],
                     "short_spreads": [r.throughput_spread for r in measured["short"]],
-                    "long_settled": long_run.settled,
-                    "long_warmup_steps": long_run.warmup_steps_used,
-                    "machine_load": [r.machine_load for r in (*measured["short"], long_run)],
+                    "long_settled": [r.settled for r in measured["long"]],
+                    "long_warmup_steps": [r.warmup_steps_used for r in measured["long"]],
+                    "machine_load": [r.machine_load for r in (*measured["short"], *measured["long"])],
                     "landscape_samples_s": record["throughput_samples_s"],
                     "study_samples_s": record.get("study_samples_s"),
                     "study_outcome": record.get("study_outcome"),
                     "short_samples_s": median(shorts_run),
                     "short_runs_samples_s": shorts_run,
                     "short_spread": spread(shorts_run),
-                    "long_samples_s": long_run.throughput_samples_s,
+                    "long_samples_s": median(longs_run) if longs_run else None,
+                    "long_runs_samples_s": longs_run,
+                    "long_spread": spread(longs_run),
                     "short_outcomes": [r.outcome.value for r in measured["short"]],
                     "long_outcome": long_run.outcome.value,
+                    "long_outcomes": [r.outcome.value for r in measured["long"]],
                     "long_wall_s": round(long_run.wall_s, 2),
                 })
                 console.print(f"  {record['label']:40s} landscape {fmt(record['throughput_samples_s'])}, short "
@@ -268,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     bias = rank_bias(ok)
     bias_met = None if bias["two_over_one"] is None else abs(bias["two_over_one"] - 1) <= RANK_BIAS_TARGET
     settled = sum(bool(s) for r in rows for s in r["short_settled"])
-    shorts_run = sum(len(r["short_settled"]) for r in rows)
+    short_trials = sum(len(r["short_settled"]) for r in rows)
     best = rows[0]  # the configuration a study on these trials chooses
     estimate = ratio(best["long_samples_s"], best["short_samples_s"])
     estimate_landscape = ratio(best["long_samples_s"], best["landscape_samples_s"])
@@ -297,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
             ["chosen: long / landscape trial", fmt(estimate_landscape), "-"],
             ["median long/short: two ranks / one rank", f"{fmt(bias['two_ranks'])} / {fmt(bias['one_rank'])} = "
              f"{fmt(bias['two_over_one'])}", f"within {pct(RANK_BIAS_TARGET)}: {check(bias_met)}"],
-            ["short trials settled", f"{settled}/{shorts_run}", "-"],
+            ["short trials settled", f"{settled}/{short_trials}", "-"],
         ],
     )
     write_json(
@@ -307,7 +322,8 @@ def main(argv: list[str] | None = None) -> None:
          dict(workload.args), "source": "configs" if hf else args.source,
          "landscape": None if hf else str(path), "landscape_date": landscape.get("date"),
          "top": len(rows),
-         "factor": factor, "short": short, "long": long, "seed": args.seed, "short_repeats": args.short_repeats},
+         "factor": factor, "short": short, "long": long, "seed": args.seed, "short_repeats": args.short_repeats,
+         "long_repeats": args.long_repeats},
         {
             "configs": rows,
             "spearman_short_long": rho,
@@ -318,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
             "chosen_long_over_short": estimate,
             "chosen_long_over_landscape": estimate_landscape,
             "rank_bias": bias,
-            "short_settled": [settled, shorts_run],
+            "short_settled": [settled, short_trials],
             "machine_load_avg_1m": [min(loads, default=0.0), max(loads, default=0.0)],
             "targets": {"rho": RHO_TARGET, "rho_met": rho_met, "estimate_within": ESTIMATE_TARGET,
                         "estimate_met": estimate_met, "rank_bias_within": RANK_BIAS_TARGET,
