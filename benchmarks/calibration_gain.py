@@ -3,9 +3,11 @@
 For each built-in reference workload (mlp, convnet, lm): ``autotune.calibrate()`` runs a fresh study over
 the workload's knobs and the compute knobs (threads_per_rank, compile, sharding; ``--knobs ten`` leaves them
 out), 15 trials as long as the quickstart's, autotune's default sampler and pruner, the default warm
-launcher. For mlp the grid is the landscape's (landscape.py); for convnet and lm a grid of
-48 configurations (batch_size 32-256 x num_workers 0-2 x amp x world_size) is measured once each, in a
-seeded random order, to find the best configuration of a reasonable grid. Then the default configuration
+launcher. Then a grid is measured once each, in a seeded random order, to find the best configuration of a
+reasonable grid: for mlp the landscape's 60 (landscape.py's grid; ``--landscape`` takes its best from a
+recording instead), for convnet and lm 48 (batch_size 32-256 x num_workers 0-2 x amp x world_size). A probe
+first runs the default configuration in fp32 and bf16; where bf16 reads below a fifth of fp32 (a CPU without
+bf16 arithmetic), the grid's bf16 half is left out and the output says so. Then the default configuration
 (num_workers 0, fp32, no checkpointing, 25 MB buckets, base batch, one rank), the chosen one and the
 grid's best are measured side by side in one run: ``--repeats`` trials each, interleaved, all with the
 same trial length (warm-up and steps), so "within 3% of the grid's best" compares like with like.
@@ -61,7 +63,7 @@ from _common import (
 GAIN_TARGET = 1.5
 GRID_TARGET = 0.97  # within 3% of the grid's best
 
-#: Knobs searched for the workloads without a landscape (a user's study file would look like this).
+#: Knobs searched for convnet and lm (a user's study file would look like this).
 GENERAL_SPACE: dict[str, Any] = {
     "batch_size": {"low": 16, "high": 256, "log": True},
     "num_workers": {"low": 0, "high": 2},
@@ -82,7 +84,7 @@ SEARCH_TRIAL = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_seco
 #: take the whole 180 s each; over the cap it is a timeout, never the grid's best.
 GRID_TRIAL = {**SEARCH_TRIAL, "max_seconds": 60}
 SEARCH_TRIAL_QUICK = {"warmup_steps": 2, "max_steps": 10, "report_every": 2, "max_seconds": 60}
-#: The grid measured once per configuration for the workloads without a landscape (48 configurations).
+#: The grid measured once per configuration for convnet and lm (48 configurations; mlp: the landscape's 60).
 GAIN_GRID: dict[str, list[Any]] = {
     "batch_size": [32, 64, 128, 256],
     "num_workers": [0, 1, 2],
@@ -90,6 +92,9 @@ GAIN_GRID: dict[str, list[Any]] = {
     "world_size": [1, 2],
 }
 GAIN_GRID_QUICK: dict[str, list[Any]] = {"batch_size": [32, 256], "world_size": [1, 2]}
+#: bf16 below this fraction of fp32's throughput (one probe at the default configuration) leaves the grid's bf16
+#: configurations out: at a fifth of fp32's speed no batch size or rank count brings them back to the top.
+BF16_FLOOR = 0.2
 MEASURE_TRIAL = {"warmup_steps": 5, "max_steps": 60, "report_every": 5, "max_seconds": 600}
 MEASURE_TRIAL_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
 
@@ -144,11 +149,34 @@ def measure(name: str, workload: WorkloadRef, arms: dict[str, Any], repeats: int
     return dict(zip(labels, runs, strict=True))
 
 
+def bf16_probe(trials: Trials, limits: dict[str, Any]) -> dict[str, Any]:
+    """The default configuration in fp32 and in bf16, once each: bf16's throughput over fp32's. On a CPU
+    without bf16 arithmetic (this one: AVX2 only) bf16 runs 10-33x slower, and a grid's bf16 half would
+    only wait out its time cap."""
+    values = {}
+    for amp in ("off", "bf16"):
+        result = trials.run(trials.config({"amp": amp}), limits, "warm", tag=f"probe-{amp}")
+        values[amp] = result.throughput_samples_s if result.outcome.value == "complete" else None
+    fp32, bf16 = values["off"], values["bf16"]
+    bf16_ratio = (bf16 or 0.0) / fp32 if fp32 else None
+    return {"fp32_samples_s": fp32, "bf16_samples_s": bf16, "bf16_over_fp32": bf16_ratio,
+            "bf16_dropped": bf16_ratio is not None and bf16_ratio < BF16_FLOOR}
+
+
 def scan_grid(name: str, workload: WorkloadRef, grid: dict[str, list[Any]], limits: dict[str, Any]) -> dict[str, Any]:
-    """Every configuration of ``grid`` measured once (seeded random order); returns the best's record."""
+    """Every configuration of ``grid`` measured once (seeded random order); returns the best's record. When
+    the grid holds bf16 and a probe reads bf16 below ``BF16_FLOOR`` of fp32 here, the grid's bf16 half is
+    left out (and said so): none of it could be the grid's best."""
     rows: list[dict[str, Any]] = []
+    probe = None
     with Trials(workload, RUNS / "calibration_gain" / name / "grid") as trials:
         trials.run(trials.config({}), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
+        if "bf16" in grid.get("amp", []):
+            probe = bf16_probe(trials, limits)
+            if probe["bf16_dropped"]:
+                grid = {**grid, "amp": [a for a in grid["amp"] if a != "bf16"]}
+                console.print(f"  {name}: bf16 ran {fmt(probe['bf16_over_fp32'])}x fp32's throughput at the default "
+                              f"configuration here (below {BF16_FLOOR:g}x): the grid leaves bf16 out")
         for knobs in seeded_shuffle(grid_configs(grid), 0):
             config = trials.config(knobs)
             result = trials.run(config, limits, "warm", tag="grid")
@@ -158,7 +186,7 @@ def scan_grid(name: str, workload: WorkloadRef, grid: dict[str, list[Any]], limi
     best = max(complete, key=lambda r: r["throughput_samples_s"])
     console.print(f"  {name}: grid of {len(rows)}, best {best['short']} ({fmt(best['throughput_samples_s'])} "
                   "samples/s)")
-    return {"configs": len(rows), "complete": len(complete), "best": best,
+    return {"configs": len(rows), "complete": len(complete), "best": best, "bf16_probe": probe, "grid": grid,
             "values": sorted((r["throughput_samples_s"] for r in complete), reverse=True)}
 
 
@@ -173,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/calibration_gain.json)")
     parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "convnet", "lm"])
     parser.add_argument("--repeats", type=int, help="side-by-side trials per arm (default 3; quick 1)")
-    parser.add_argument("--landscape", type=Path, help="MLP landscape JSON (default benchmarks/landscape.json)")
+    parser.add_argument("--landscape", type=Path,
+                        help="take mlp's grid's best from this landscape JSON (recorded on this machine)")
     parser.add_argument("--knobs", choices=["all", "ten"], default="all",
                         help="all: the ten knobs and threads_per_rank, compile, sharding (default); ten: the ten")
     args = parser.parse_args(argv)
@@ -186,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     machine = machine_facts()
     warn_if_busy(machine)
-    landscape = landscape_of(quick, args.landscape)
+    # a recorded landscape describes the machine it was recorded on: used only when asked for
+    landscape = landscape_of(quick, args.landscape) if args.landscape else None
     results: dict[str, Any] = {}
     for name in args.workloads:
         workload = WORKLOADS[name]
@@ -205,8 +235,8 @@ def main(argv: list[str] | None = None) -> None:
         grid_scan = None
         if name == "mlp" and landscape is not None:
             grid_best = TrialConfig.model_validate(landscape["best"]["config"])
-        elif name != "mlp":
-            grid = GAIN_GRID_QUICK if quick else GAIN_GRID
+        else:
+            grid = (GAIN_GRID_QUICK if quick else MLP_GRID if name == "mlp" else GAIN_GRID)
             with stage(f"{name}: measuring a grid of {len(grid_configs(grid))} configurations once each"):
                 grid_scan = scan_grid(name, workload, grid, SEARCH_TRIAL_QUICK if quick else GRID_TRIAL)
             grid_best = TrialConfig.model_validate(grid_scan["best"]["config"])
