@@ -10,6 +10,7 @@ pruning included, and fidelity.py can pick its top configurations.
 
     python benchmarks/landscape.py            # full: 60 trials, about 3 minutes on 2 cores
     python benchmarks/landscape.py --quick    # smoke run: 12 configurations, short trials, under a minute
+    python benchmarks/landscape.py --grid large [--seed 1 --out ...]  # 360 configurations, about 25 minutes
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ from _common import (
 
 LIMITS = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_seconds": 120}  # the quickstart's trial
 LIMITS_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
+#: The large grid (``--grid large``): the MLP grid's four knobs and the compute knobs that run on this CPU,
+#: threads_per_rank {1, 2} and sharding {ddp, fsdp, fsdp_no_reshard}: 5 x 3 x 2 x 2 x 2 x 3 = 360
+#: configurations. compile is left out: each new graph compiles for 10-20 s here and no compiled trial was
+#: faster (calibration_gain.py), so it would double the recording for a knob that only ever loses.
+MLP_GRID_LARGE: dict[str, list[Any]] = {
+    **MLP_GRID,
+    "threads_per_rank": [1, 2],
+    "sharding": ["ddp", "fsdp", "fsdp_no_reshard"],
+}
+#: The large grid's trials: 30 steps, capped at 6 s. bf16 runs 10-33x slower than fp32 on this AVX2-only CPU
+#: (half the grid); over the cap a trial is a timeout, as it would be in a study with that ``max_seconds``.
+LIMITS_LARGE = {"warmup_steps": 5, "max_steps": 30, "report_every": 5, "max_seconds": 6}
 
 
 def window_record(window: Any) -> dict[str, Any]:
@@ -93,11 +106,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 12 configurations, short trials")
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/landscape.json)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the measuring order")
+    parser.add_argument("--grid", choices=["standard", "large"], default="standard",
+                        help="standard: 60 configurations; large: 360, with threads_per_rank and sharding "
+                        "(benchmarks/landscape_large.json)")
     args = parser.parse_args(argv)
     quick = args.quick
-    grid = MLP_GRID_QUICK if quick else MLP_GRID
-    limits = LIMITS_QUICK if quick else LIMITS
-    out = args.out or default_out("landscape", quick)
+    large = args.grid == "large"
+    grid = MLP_GRID_QUICK if quick else MLP_GRID_LARGE if large else MLP_GRID
+    limits = LIMITS_QUICK if quick else LIMITS_LARGE if large else LIMITS
+    out = args.out or default_out("landscape_large" if large else "landscape", quick)
 
     started = time.monotonic()
     machine = machine_facts()
@@ -161,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     write_json(
         out,
         "landscape",
-        {"quick": quick, "seed": args.seed, "workload": MLP.entrypoint, "workload_args": dict(MLP.args),
+        {"quick": quick, "seed": args.seed, "grid_name": args.grid, "workload": MLP.entrypoint,
+         "workload_args": dict(MLP.args),
          "grid": grid, "search_space": space_of_grid(grid), "limits": limits, "launcher": "warm"},
         {"summary": summary, "configs": measured},
         machine,
