@@ -54,6 +54,13 @@ MLP_GRID_LARGE: dict[str, list[Any]] = {
     "threads_per_rank": [1, 2],
     "sharding": ["ddp", "fsdp", "fsdp_no_reshard"],
 }
+#: ``--grid large --quick``: a smoke run of the large grid's knobs (16 configurations).
+MLP_GRID_LARGE_QUICK: dict[str, list[Any]] = {
+    "batch_size": [16, 64],
+    "world_size": [1, 2],
+    "threads_per_rank": [1, 2],
+    "sharding": ["ddp", "fsdp"],
+}
 #: The large grid's trials: 24 steps, capped at 8 s (the fastest batch-256 configurations take ~5 s here).
 #: bf16 runs 10-33x slower than fp32 on this AVX2-only CPU (half the grid); over the cap a trial is a
 #: timeout, as it would be in a study with that ``max_seconds``.
@@ -113,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     quick = args.quick
     large = args.grid == "large"
-    grid = MLP_GRID_QUICK if quick else MLP_GRID_LARGE if large else MLP_GRID
+    grid = (MLP_GRID_LARGE_QUICK if quick else MLP_GRID_LARGE) if large else MLP_GRID_QUICK if quick else MLP_GRID
     limits = LIMITS_QUICK if quick else LIMITS_LARGE if large else LIMITS
     out = args.out or default_out("landscape_large" if large else "landscape", quick)
 
