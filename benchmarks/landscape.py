@@ -10,7 +10,7 @@ pruning included, and fidelity.py can pick its top configurations.
 
     python benchmarks/landscape.py            # full: 60 trials, about 3 minutes on 2 cores
     python benchmarks/landscape.py --quick    # smoke run: 12 configurations, short trials, under a minute
-    python benchmarks/landscape.py --grid large [--seed 1 --out ...]  # 360 configurations, about 30 minutes
+    python benchmarks/landscape.py --grid large [--seed 1 --out ...]  # 360 configurations, about 40 minutes (estimated)
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ MLP_GRID_LARGE_QUICK: dict[str, list[Any]] = {
     "threads_per_rank": [1, 2],
     "sharding": ["ddp", "fsdp"],
 }
-#: The large grid's trials: 24 steps, capped at 8 s (the fastest batch-256 configurations take ~5 s here).
-#: bf16 runs 10-33x slower than fp32 on this AVX2-only CPU (half the grid); over the cap a trial is a
-#: timeout, as it would be in a study with that ``max_seconds``.
-LIMITS_LARGE = {"warmup_steps": 4, "max_steps": 24, "report_every": 4, "max_seconds": 8}
+#: The large grid's trials: 20 steps, capped at 12 s. A first try at 24 steps and 8 s timed out fp32
+#: configurations that matter (batch 256 on two ranks: 512 samples a step at ~1,300 samples/s). bf16 runs
+#: 10-33x slower than fp32 on this AVX2-only CPU (half the grid); over the cap a trial is a timeout, as it
+#: would be in a study with that ``max_seconds``.
+LIMITS_LARGE = {"warmup_steps": 4, "max_steps": 20, "report_every": 4, "max_seconds": 12}
 
 
 def window_record(window: Any) -> dict[str, Any]:
