@@ -66,6 +66,8 @@ class SearchSpace:
             if device != "cuda" and name in _CUDA_ONLY:
                 value = _drop_value(name, value, _CUDA_ONLY[name], notes)
             knobs[name] = value
+        if device != "cuda":
+            notes += _thread_count_notes(knobs)
         return cls(knobs=knobs, base_lr=base_lr, base_batch_size=base_batch_size, device=device, notes=notes,
                    env=dict(env or {}), hyper=hyper or HyperparameterSpace())
 
@@ -237,6 +239,22 @@ def _admits(spec: KnobSpec, value: Any) -> bool:
     if isinstance(spec, Choices):
         return any(value == c and type(value) is type(c) for c in spec.choices)
     return isinstance(value, int) and spec.low <= value <= spec.high and (value - spec.low) % spec.step == 0
+
+
+def _thread_count_notes(knobs: Mapping[str, KnobSpec]) -> list[str]:
+    """A CPU study that searches threads_per_rank as numbers only, beside a searched world_size or
+    num_workers: a number is the same at every rank and worker count, so the search meets configurations
+    with more busy threads than cores, and learns from them that more ranks or workers are slow (in
+    benchmarks/calibration_gain.py every grid's best ran ``auto``, and studies that searched 1-2 lost)."""
+    threads = knobs["threads_per_rank"]
+    if single_value(threads) or (isinstance(threads, Choices) and "auto" in threads.choices):
+        return []
+    beside = [n for n in ("world_size", "num_workers") if not single_value(knobs[n])]
+    if not beside:
+        return []
+    return [f"threads_per_rank: searched as numbers beside a searched {' and '.join(beside)}; a number is the "
+            "same at every rank and worker count, so some configurations run more busy threads than cores; "
+            "add auto to its choices ({choices: [auto, 1, 2]})"]
 
 
 def _drop_value(name: str, spec: KnobSpec, bad: Any, notes: list[str]) -> KnobSpec:

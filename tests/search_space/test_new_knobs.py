@@ -244,3 +244,44 @@ def test_gp_search_over_sharding_with_pruned_fsdp_trials_lacking_ddp_knobs() -> 
         else:
             study.tell(trial, 100.0 + i)
     assert len(study.trials) == 8
+
+
+@pytest.mark.parametrize(
+    ("search_space", "device", "noted"),
+    [
+        ({"threads_per_rank": {"low": 1, "high": 2}, "world_size": {"choices": [1, 2]}}, "cpu", "world_size"),
+        ({"threads_per_rank": {"choices": [1, 2]}, "num_workers": {"low": 0, "high": 2}}, "cpu", "num_workers"),
+        ({"threads_per_rank": {"low": 1, "high": 2}, "world_size": {"choices": [1, 2]},
+          "num_workers": {"low": 0, "high": 2}}, "cpu", "world_size and num_workers"),
+        ({"threads_per_rank": {"choices": ["auto", 1, 2]}, "world_size": {"choices": [1, 2]}}, "cpu", None),
+        ({"threads_per_rank": {"low": 1, "high": 2}}, "cpu", None),  # ranks and workers fixed: a count is fine
+        ({"threads_per_rank": 2, "world_size": {"choices": [1, 2]}}, "cpu", None),  # fixed: the user's choice
+        ({"threads_per_rank": {"low": 1, "high": 2}, "world_size": {"choices": [1, 2]}}, "cuda", None),
+    ],
+)
+def test_searching_thread_counts_beside_ranks_or_workers_is_noted(
+    search_space: dict[str, Any], device: str, noted: str | None
+) -> None:
+    # A plain count is the same at every rank and worker count: 2 threads at 2 ranks on 2 cores is 4 busy
+    # threads, and calibration_gain's studies that searched 1-2 that way lost to grids that all ran auto.
+    s = spec(search_space=search_space)
+    space = SearchSpace.build(s.search_space, base_lr=1e-3, base_batch_size=64, device=device)
+    notes = [n for n in space.notes if n.startswith("threads_per_rank:")]
+    if noted is None:
+        assert notes == []
+    else:
+        assert notes == [f"threads_per_rank: searched as numbers beside a searched {noted}; a number is the same "
+                         "at every rank and worker count, so some configurations run more busy threads than "
+                         "cores; add auto to its choices ({choices: [auto, 1, 2]})"]
+
+
+def test_validate_prints_the_thread_count_note(tmp_path: Path) -> None:
+    import yaml
+
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**BASE, "search_space": {"threads_per_rank": {"low": 1, "high": 2},
+                                                              "world_size": {"choices": [1, 2]}}}))
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(study)], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "threads_per_rank: searched as numbers beside a searched world_size" in " ".join(out.stdout.split())
