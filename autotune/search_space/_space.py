@@ -247,7 +247,7 @@ def _thread_count_notes(knobs: Mapping[str, KnobSpec]) -> list[str]:
     with more busy threads than cores, and learns from them that more ranks or workers are slow (in
     benchmarks/calibration_gain.py every grid's best ran ``auto``, and studies that searched 1-2 lost)."""
     threads = knobs["threads_per_rank"]
-    if single_value(threads) or (isinstance(threads, Choices) and "auto" in threads.choices):
+    if single_value(threads) or _admits(threads, "auto"):
         return []
     beside = [n for n in ("world_size", "num_workers") if not single_value(knobs[n])]
     if not beside:
