@@ -221,3 +221,90 @@ def test_a_failure_fitted_only_later_does_not_break_the_search_space() -> None:
         trial = _ask_workers_and_prefetch(study)
         study.tell(trial, 250.0)
     assert len(study.trials) == 7 and study.trials[-1].state == TrialState.COMPLETE
+
+
+_DISCRETE = {
+    "batch_size": optuna.distributions.IntDistribution(16, 256, log=True),
+    "num_workers": optuna.distributions.IntDistribution(0, 2),
+    "amp": optuna.distributions.CategoricalDistribution(["off", "bf16"]),
+    "world_size": optuna.distributions.CategoricalDistribution([1, 2]),
+}
+
+
+def _throughput(params: dict[str, object]) -> float:
+    bs, workers = int(params["batch_size"]), int(params["num_workers"])  # type: ignore[call-overload]
+    return (math.log(bs) * (1 + 0.3 * workers - 0.1 * workers**2) * (0.3 if params["amp"] == "bf16" else 1.0)
+            * (1.4 if params["world_size"] == 2 else 1.0))
+
+
+def test_a_small_discrete_space_gets_the_acquisitions_best_unmeasured_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every point of the space (241 x 3 x 2 x 2) is scored: each proposal after the start-up trials is the
+    acquisition function's maximum over the points not yet measured, never a random draw and never
+    Optuna's sampled search."""
+    from autotune.tuner import _gp
+
+    def not_sampled(self: object, acqf: object, best: object) -> None:
+        raise AssertionError("Optuna's sampled acquisition search ran on a small discrete space")
+
+    monkeypatch.setattr(GPSampler, "_optimize_acqf", not_sampled)
+    chosen: list[tuple[float, float]] = []  # (the proposal's acquisition value, the best over unmeasured points)
+    exhaustive = PartialGPSampler._optimize_acqf
+
+    def spy(self: PartialGPSampler, acqf: object, best: object) -> object:
+        point = exhaustive(self, acqf, best)
+        grid = _gp._grid(acqf.search_space)  # type: ignore[attr-defined]
+        assert grid is not None and len(grid) == 241 * 3 * 2 * 2
+        values = acqf.eval_acqf_no_grad(grid)  # type: ignore[attr-defined]
+        open_ = [v for row, v in zip(grid, values, strict=True)
+                 if self._point(acqf.search_space.get_unnormalized_param(row)) not in self._taken]  # type: ignore[attr-defined]
+        chosen.append((float(acqf.eval_acqf_no_grad(point[None, :])[0]), max(open_)))  # type: ignore[attr-defined]
+        return point
+
+    monkeypatch.setattr(PartialGPSampler, "_optimize_acqf", spy)
+    sampler = PartialGPSampler(seed=0, n_startup_trials=3)
+    random_draws = 0
+    unmeasured = sampler._unmeasured
+
+    def counted(*args: object, **kwargs: object) -> dict[str, object]:
+        nonlocal random_draws
+        random_draws += 1
+        return unmeasured(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sampler, "_unmeasured", counted)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for _ in range(12):
+        trial = study.ask(_DISCRETE)
+        study.tell(trial, _throughput(trial.params))
+    assert len(chosen) == 9  # every trial after the 3 start-up ones
+    for value, best in chosen:
+        assert value == pytest.approx(best, abs=1e-9)
+    assert random_draws <= 3  # the start-up trials' only
+    keys = {tuple(sorted(t.params.items())) for t in study.trials}
+    assert len(keys) == 12
+    assert max(t.value for t in study.trials if t.value is not None) >= 0.95 * _throughput(
+        {"batch_size": 256, "num_workers": 1, "amp": "off", "world_size": 2})
+
+
+def test_a_space_with_a_continuous_knob_keeps_optunas_acquisition_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+    sampled = GPSampler._optimize_acqf
+
+    def counted(self: object, acqf: object, best: object) -> object:
+        nonlocal calls
+        calls += 1
+        return sampled(self, acqf, best)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GPSampler, "_optimize_acqf", counted)
+    space = {**_DISCRETE, "lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)}
+    study = optuna.create_study(direction="maximize", sampler=PartialGPSampler(seed=0, n_startup_trials=2))
+    for _ in range(5):
+        trial = study.ask(space)
+        study.tell(trial, _throughput(trial.params) - abs(math.log10(float(trial.params["lr"])) + 2))
+    assert calls == 3
+    from optuna._gp.search_space import SearchSpace
+
+    from autotune.tuner._gp import EXHAUSTIVE_POINTS, _grid
+
+    assert _grid(SearchSpace(space)) is None and _grid(SearchSpace(_DISCRETE)) is not None
+    big = {f"k{i}": optuna.distributions.IntDistribution(0, 9) for i in range(5)}  # 100,000 points
+    assert EXHAUSTIVE_POINTS < 10**5 and _grid(SearchSpace(big)) is None
