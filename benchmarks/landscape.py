@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     warn_if_busy(machine)
     space = study_space(grid, limits)
     configs = grid_configs(grid)
+    default = space.default_config()
+    if not space.contains(default):  # threads_per_rank {1, 2}: the baseline runs auto, outside the grid;
+        configs.append({name: getattr(default, name) for name in grid})  # a replayed study's first trial
     order = seeded_shuffle(range(len(configs)), args.seed)
     records: list[dict[str, Any] | None] = [None] * len(configs)
     with Trials(MLP, RUNS / "landscape") as trials:

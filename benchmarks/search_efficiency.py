@@ -17,7 +17,8 @@ Optuna loops over the same records. Strategies:
 - ``random``: Optuna's RandomSampler; ``grid``: Optuna's GridSampler (a seeded order of the grid);
 - ``optuna-tpe``: Optuna's default TPESampler, no pruning.
 
-Each runs ``--seeds`` times (seeds 0..N-1) for up to twice the grid's size in trials. Reported, median over
+Each runs ``--seeds`` times (seeds 0..N-1) for up to twice the grid's size in trials (``--max-trials`` caps the
+autotune strategies; ``--jobs`` replays in parallel processes). Reported, median over
 seeds: trials and trial-seconds until a complete trial is within 95% of the grid's best throughput;
 whether that is within 15% of the grid's trial count (5% on a landscape of 300+ configurations); random
 search's trials over each strategy's; the trial-seconds pruning saves against the same sampler without
@@ -29,6 +30,7 @@ space and trial length, ``--budget`` trials) and compares what it found with the
 
     python benchmarks/search_efficiency.py                    # replay: 20 seeds, no trials run (hours)
     python benchmarks/search_efficiency.py --seeds 3 --max-trials 20   # a small replay: ~10 minutes on 2 cores
+    python benchmarks/search_efficiency.py --landscape benchmarks/landscape_large.json --max-trials 40 --jobs 2
     python benchmarks/search_efficiency.py --live             # one real study: about 1-2 minutes on 2 cores
     python benchmarks/search_efficiency.py --quick [--live]   # smoke runs on the quick landscape
 """
@@ -202,13 +204,37 @@ def pruning_savings(pruned: list[Replay], unpruned: list[Replay], landscape: Lan
     }
 
 
-def run_replays(landscape: Landscape, seeds: int, max_trials: int, budget: int,
-                strategies: tuple[str, ...] = STRATEGIES) -> dict[str, list[Replay]]:
+def trials_of(strategy: str, landscape: Landscape, max_trials: int | None) -> int:
+    """A replayed study's length: ``--max-trials`` caps the real tuner's replays (1-2 s a trial on a large
+    landscape); the plain Optuna loops cost milliseconds a trial and always run twice the grid's size, so
+    random search's trials to the level are counted, not cut off."""
+    full = 2 * landscape.size
+    return min(full, max_trials) if max_trials and strategy.startswith("autotune") else full
+
+
+def _replay_job(job: tuple[str, int, Landscape, int, int]) -> Replay:
+    quiet_optuna()
+    return replay(*job)
+
+
+def run_replays(landscape: Landscape, seeds: int, max_trials: int | None, budget: int,
+                strategies: tuple[str, ...] = STRATEGIES, jobs: int = 1) -> dict[str, list[Replay]]:
+    """Every strategy's seeds; ``jobs`` > 1 replays them in that many processes (each replay has its own
+    storage and seed, and its cost comes from the records, so the results do not depend on it)."""
+    from concurrent.futures import ProcessPoolExecutor
+
     replays: dict[str, list[Replay]] = {}
-    for strategy in strategies:
-        started = time.monotonic()
-        replays[strategy] = [replay(strategy, seed, landscape, max_trials, budget) for seed in range(seeds)]
-        console.print(f"  {strategy}: {seeds} seeds x {max_trials} trials in {time.monotonic() - started:.0f} s")
+    pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+    try:
+        for strategy in strategies:
+            started = time.monotonic()
+            n = trials_of(strategy, landscape, max_trials)
+            work = [(strategy, seed, landscape, n, budget) for seed in range(seeds)]
+            replays[strategy] = list(pool.map(_replay_job, work) if pool else map(_replay_job, work))
+            console.print(f"  {strategy}: {seeds} seeds x {n} trials in {time.monotonic() - started:.0f} s")
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
     return replays
 
 
@@ -349,7 +375,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/search_efficiency[_live].json)")
     parser.add_argument("--landscape", type=Path, help="landscape JSON (default benchmarks/landscape.json)")
     parser.add_argument("--seeds", type=int, help="replayed seeds per strategy (default 20; quick 3)")
-    parser.add_argument("--max-trials", type=int, help="trials per replayed study (default twice the grid size)")
+    parser.add_argument("--max-trials", type=int,
+                        help="trials per replayed autotune study (default twice the grid size; the plain Optuna "
+                        "strategies always run that)")
+    parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes (default 1)")
     parser.add_argument("--budget", type=int, help="trials of a study: live run and fixed-budget columns (default 15)")
     parser.add_argument("--live", action="store_true", help="run one real study instead of replaying")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
@@ -373,10 +402,10 @@ def main(argv: list[str] | None = None) -> None:
             results = live_study(landscape, budget, quick)
     else:
         seeds = args.seeds or (3 if quick else 20)
-        max_trials = args.max_trials or 2 * landscape.size
-        settings.update(seeds=seeds, max_trials=max_trials, strategies=list(strategies))
+        max_trials = {s: trials_of(s, landscape, args.max_trials) for s in strategies}
+        settings.update(seeds=seeds, max_trials=max_trials, strategies=list(strategies), jobs=args.jobs)
         with stage(f"replaying {len(strategies)} strategies x {seeds} seeds"):
-            replays = run_replays(landscape, seeds, max_trials, budget, strategies)
+            replays = run_replays(landscape, seeds, args.max_trials, budget, strategies, args.jobs)
         results = report_replays(landscape, replays, budget)
     write_json(out, name, settings, results, machine, started)
 
