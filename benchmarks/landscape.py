@@ -10,7 +10,7 @@ pruning included, and fidelity.py can pick its top configurations.
 
     python benchmarks/landscape.py            # full: 60 trials, about 3 minutes on 2 cores
     python benchmarks/landscape.py --quick    # smoke run: 12 configurations, short trials, under a minute
-    python benchmarks/landscape.py --grid large [--seed 1 --out ...]  # 360 configurations, about 40 minutes (estimated)
+    python benchmarks/landscape.py --grid large [--seed 1 --out ...]  # 361 configurations, about 45 minutes
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/landscape.json)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the measuring order")
     parser.add_argument("--grid", choices=["standard", "large"], default="standard",
-                        help="standard: 60 configurations; large: 360, with threads_per_rank and sharding "
-                        "(benchmarks/landscape_large.json)")
+                        help="standard: 60 configurations; large: 361 (360 and the baseline), with threads_per_rank "
+                        "and sharding (benchmarks/landscape_large.json)")
     args = parser.parse_args(argv)
     quick = args.quick
     large = args.grid == "large"

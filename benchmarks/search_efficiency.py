@@ -213,7 +213,14 @@ def trials_of(strategy: str, landscape: Landscape, max_trials: int | None) -> in
 
 
 def _replay_job(job: tuple[str, int, Landscape, int, int]) -> Replay:
+    """One replay. One torch thread, whatever ``--jobs``: the GP's matrices are tiny, two processes would
+    otherwise each spin two threads on two cores, and the same thread count keeps the results the same."""
+    import optuna
+    import torch
+
+    torch.set_num_threads(1)
     quiet_optuna()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # not a line per failed trial of the plain loops
     return replay(*job)
 
 
