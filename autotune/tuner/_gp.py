@@ -19,8 +19,9 @@ _CONSTRAINTS_PREFIX = "constraints:"  # how optuna.Trial.set_constraint stores a
 #: Finished trials past which the default sampler hands over to TPE (docs/reference.md, benchmarks/scale.py).
 GP_MAX_TRIALS = 100
 #: A search space of discrete knobs with at most this many points has its acquisition function evaluated at
-#: every point (milliseconds) instead of Optuna's sampled-and-refined search (2,048 points, then 10 local
-#: searches: most of an ask), and the best point not yet measured is proposed.
+#: every point instead of Optuna's sampled-and-refined search (2,048 points, then 10 local searches: most of
+#: an ask), and the best point not yet measured is proposed. On the quickstart this took the ask from 0.79 s
+#: to 0.18 s (benchmarks/README.md, section 1).
 EXHAUSTIVE_POINTS = 20_000
 _CHUNK = 4096  # points per batched evaluation of the acquisition function
 
