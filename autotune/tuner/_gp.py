@@ -93,15 +93,16 @@ class PartialGPSampler(GPSampler):
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
+        others = _others(study, trial)  # read once per ask: the storage is a database
         if self._hand_over(study, trial):
             params = self._tpe.sample_relative(study, trial, search_space)
         else:
             self._names = list(search_space)
-            self._taken = {self._point(other.params) for other in _others(study, trial)}
+            self._taken = {self._point(other.params) for other in others}
             params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
-        if (params and not _measured(study, trial, params)) or not search_space:
+        if (params and not _measured(others, params)) or not search_space:
             return params
-        return self._unmeasured(study, trial, search_space)
+        return self._unmeasured(study, trial, search_space, others)
 
     def _point(self, params: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(params.get(name, _ABSENT) for name in self._names)
@@ -129,15 +130,16 @@ class PartialGPSampler(GPSampler):
         return super().sample_independent(study, trial, param_name, param_distribution)
 
     def _unmeasured(
-        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution], tries: int = 200
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution],
+        others: list[FrozenTrial], tries: int = 200,
     ) -> dict[str, Any]:
-        """A random point no other trial has measured, runs or failed at for good ({} when none is found:
-        the parameters are then sampled independently)."""
+        """A random point none of ``others`` (:func:`_others`) has measured, runs or failed at for good ({} when
+        none is found: the parameters are then sampled independently)."""
         for _ in range(tries):
             params = {
                 name: self._explore.sample_independent(study, trial, name, dist) for name, dist in search_space.items()
             }
-            if not _measured(study, trial, params):
+            if not _measured(others, params):
                 return params
         return {}
 
@@ -184,12 +186,11 @@ def _others(study: optuna.Study, trial: FrozenTrial) -> list[FrozenTrial]:
     ]
 
 
-def _measured(study: optuna.Study, trial: FrozenTrial, params: dict[str, Any]) -> bool:
-    """Whether another trial (finished, running, or failed for a reason that recurs) already has these
-    values of these parameters."""
+def _measured(others: list[FrozenTrial], params: dict[str, Any]) -> bool:
+    """Whether one of ``others`` (:func:`_others`) already has these values of these parameters."""
     return any(
         all(name in other.params and other.params[name] == value for name, value in params.items())
-        for other in _others(study, trial)
+        for other in others
     )
 
 
