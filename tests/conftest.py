@@ -17,6 +17,7 @@ for trials of another session on the same machine.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import glob
 import os
 import shutil
@@ -107,8 +108,12 @@ def _present(name: str) -> bool:
     return name not in os.environ.get(PRETEND_MISSING, "").split(",") and REAL_PARTS[name].present()
 
 
+_STDERR_FD: list[int] = []  # the terminal's stderr, kept while pytest's capture is suspended (pytest_configure)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real(part): the test runs a real part (postgresql, slurm, chromium)")
+    _STDERR_FD.append(os.dup(2))  # fd 2 is a capture file while a test runs
 
 
 def _parts_of(item: pytest.Item) -> set[str]:
@@ -180,6 +185,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         part = REAL_PARTS[name]
         if not _present(name):
             pytest.skip(f"{part.title} is not installed ({SKIP_REAL}=1): apt-get install {' '.join(part.packages)}")
+
+
+# pytest-timeout's signal method cannot stop a test whose main thread is blocked in C code (a gloo thread
+# joined while it waits for the GIL, say): the suite then hangs until CI's limit and prints nothing. This
+# watchdog fires a minute past the test's own timeout, dumps every thread's stack and ends the run, exit 1.
+HANG_GRACE = "AUTOTUNE_TEST_HANG_GRACE_S"  # tests/test_real_parts.py shortens it to check the watchdog
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker is not None and marker.args else float(item.config.getini("timeout") or 0)
+    if limit > 0:
+        grace = float(os.environ.get(HANG_GRACE, "60"))
+        faulthandler.dump_traceback_later(limit + grace, exit=True, file=_STDERR_FD[0] if _STDERR_FD else 2)
+    try:
+        yield
+    finally:
+        if limit > 0:
+            faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(hookwrapper=True)
