@@ -147,6 +147,8 @@ def summarize(arms: list[tuple[LauncherKind, int]], runs: list[list[dict[str, An
 STUDY_FILE = REPO / "studies" / "quickstart.yaml"
 GAP_TARGET_S = 0.2  # one trial's end (its processes gone) -> the next trial's first rank starting, median
 TRAINING_SHARE_TARGET = 0.92  # of the search's wall time, inside training spans
+OUTSIDE_PARTS = ("before_first_trial", "first_rank_to_training", "training_end_to_run_end", "between_trials",
+                 "after_last_trial")
 TUNER_SPANS = ("terminate", "attrs", "artifacts", "tell", "after_trial", "claim", "prepare", "launch")
 
 
@@ -274,6 +276,9 @@ def study_rows(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
                                              for r in runs if r["gaps"]]),
         "start_to_first_rank_s": median([r["start_to_first_rank_s"] for r in runs if r["start_to_first_rank_s"]]),
         "spans_s": spans,
+        "training_s": median([r["training_s"] for r in runs]),
+        "outside_training_s": {part: median([r["outside_training_s"][part] for r in runs if "outside_training_s" in r])
+                               for part in OUTSIDE_PARTS},
         "runs": runs,
     }
 
@@ -306,6 +311,12 @@ def between_trials(rounds: int, trees: dict[str, Path | None], *, reuse: bool = 
         [[r["code"], r["rounds"], r["search_wall_s"], pct(r["training_share"]), pct(r["training_share_min"]),
           r["gap_s_median"], r["training_end_to_run_end_s"], *[r["spans_s"][n] for n in TUNER_SPANS]]
          for r in rows],
+    )
+    parts = list(OUTSIDE_PARTS)
+    print_table(
+        "Outside training: seconds of the search, summed over its trials (median over rounds)",
+        ["code", "search s", "training s", *parts],
+        [[r["code"], r["search_wall_s"], r["training_s"], *[r["outside_training_s"][p] for p in parts]] for r in rows],
     )
     last = rows[-1]
     share, gap = last["training_share"], last["gap_s_median"]

@@ -263,3 +263,11 @@ def test_every_knob_is_in_the_schema() -> None:
     result = CliRunner().invoke(main, ["schema"])
     knobs = json.loads(result.stdout)["$defs"]["SearchSpaceSpec"]["properties"]
     assert set(knobs) == set(KNOBS)
+
+
+def test_summary_says_which_trials_evaluate_the_held_out_set(tmp_path: Path) -> None:
+    quickstart = Path(__file__).resolve().parent.parent / "studies" / "quickstart.yaml"  # the MLP has an eval_dataset
+    assert "held-out loss in confirmation runs" in summary_text(quickstart)  # a speed study: trial.evaluate auto
+    assert "held-out loss after every trial" in summary_text(quickstart, "trial.evaluate=always")
+    assert "held-out loss" not in summary_text(quickstart, "trial.evaluate=never")
+    assert "held-out loss" not in summary_text(write_example(tmp_path))  # no eval_dataset: nothing to evaluate

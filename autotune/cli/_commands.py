@@ -120,7 +120,7 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
     try:
         with trial_progress(err_console, spec.trial, enabled=not as_json) as on_tick:
             result = run_trial(
-                plan_for(spec, config), folder, launcher,
+                plan_for(spec, config, evaluate=spec.evaluates(searching=False)), folder, launcher,
                 max_memory_mb=spec.constraints.max_memory_mb, on_tick=on_tick,
             )
     finally:

@@ -121,6 +121,11 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
     )
     if trial.samples is not None:
         limits += f", samples {trial.samples}"
+    if workload.eval_dataset is not None:  # trial.evaluate
+        if spec.evaluates(searching=True):
+            limits += ", held-out loss after every trial"
+        elif spec.evaluates(searching=False):
+            limits += ", held-out loss in confirmation runs"
     objectives = ", ".join(f"{o.metric} ({o.direction})" for o in spec.objectives)
     if len(spec.objectives) > 1:
         objectives += " - Pareto front"

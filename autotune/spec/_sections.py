@@ -110,6 +110,12 @@ class TrialLimits(BaseModel):
     hang_seconds: float = Field(
         20.0, gt=0, description="a started trial silent this long is a hang and is killed"
     )
+    evaluate: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="when a complete trial evaluates the workload's eval_dataset (eval_loss) — auto: every trial "
+        "when an objective is a loss or hyperparameters are searched, otherwise the confirmation runs and "
+        "`autotune trial` only; always: every complete trial; never",
+    )
 
     @model_validator(mode="after")
     def _warmup_below_max(self) -> TrialLimits:

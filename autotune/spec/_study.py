@@ -11,7 +11,13 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 
 from autotune.knobs import KNOBS
 from autotune.spec._env import EnvField
-from autotune.spec._hyperparameters import BASE_LR, HP_NAME_RE, HyperparameterField, positive_values
+from autotune.spec._hyperparameters import (
+    BASE_LR,
+    HP_NAME_RE,
+    HyperparameterField,
+    positive_values,
+    single_value,
+)
 from autotune.spec._knobs import STRICT, IntRange, SearchSpaceSpec, unknown_knob_message
 from autotune.spec._sections import (
     BudgetSpec,
@@ -218,6 +224,20 @@ class StudySpec(BaseModel):
             if not path.is_absolute():
                 return str(url.set(database=str((self.base_dir / path).resolve())))
         return self.storage
+
+    def evaluates(self, *, searching: bool) -> bool:
+        """Whether a complete trial evaluates the workload's eval_dataset (``trial.evaluate``). With ``auto``, a
+        search trial does when the study weighs how well it trains — an objective is a loss (loss, eval_loss,
+        time_to_loss) or hyperparameters are searched — and not when it weighs speed and memory alone: each
+        trial would spend that time, on the search's critical path, on a figure no decision reads. A trial
+        measured for its own sake (a confirmation run, ``autotune trial``) always does."""
+        mode = self.trial.evaluate
+        if mode != "auto":
+            return mode == "always"
+        quality = any(o.metric in ("loss", "eval_loss", "time_to_loss") for o in self.objectives) or any(
+            not single_value(hp) for hp in self.hyperparameters.values()
+        )
+        return not searching or quality
 
     def runs_dir(self) -> Path:
         """Where trial folders go: ``runs/<study name>/`` beside the study file."""

@@ -40,6 +40,7 @@ class TrialPlan(BaseModel):
     step_times: bool = Field(
         False, description="each rank writes its steps' end times and memory readings to steps.rank<N>.json"
     )
+    evaluate: bool = Field(True, description="a complete trial evaluates the workload's eval_dataset (eval_loss)")
 
     def write(self, trial_dir: Path) -> Path:
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -54,8 +55,11 @@ class TrialPlan(BaseModel):
         return cls.model_validate(json.loads((trial_dir / PLAN_FILE).read_text()))
 
 
-def plan_for(spec: Any, config: TrialConfig, *, seed: int | None = None, trace: bool = False) -> TrialPlan:
-    """The plan of one trial of ``spec`` (a StudySpec) with ``config``."""
+def plan_for(
+    spec: Any, config: TrialConfig, *, seed: int | None = None, trace: bool = False, evaluate: bool = True
+) -> TrialPlan:
+    """The plan of one trial of ``spec`` (a StudySpec) with ``config``; ``evaluate``: whether a complete run
+    evaluates the workload's eval_dataset."""
     return TrialPlan(
         config=config,
         entrypoint=spec.workload.entrypoint,
@@ -64,4 +68,5 @@ def plan_for(spec: Any, config: TrialConfig, *, seed: int | None = None, trace: 
         limits=spec.trial,
         seed=spec.sampler.seed or 0 if seed is None else seed,
         trace=trace,
+        evaluate=evaluate,
     )

@@ -455,7 +455,8 @@ class Trainer:
         }
         if ctx.rank == 0:
             trace_event("training", training_started_at, time.time(), trial_dir=str(ctx.trial_dir))
-        summary["eval_loss"] = self.evaluate() if outcome == "complete" else None  # after the span: not training
+        # after the span: not training; skipped where the study does not use it (trial.evaluate)
+        summary["eval_loss"] = self.evaluate() if outcome == "complete" and plan.evaluate else None
         return summary
 
     def evaluate(self) -> float | None:

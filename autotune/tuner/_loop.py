@@ -248,7 +248,7 @@ class Tuner:
                 "run_trial", trial=trial.number, trial_dir=str(trial_dir)
             ):
                 result = self._run_trial(
-                    plan_for(self.spec, config),
+                    plan_for(self.spec, config, evaluate=self.spec.evaluates(searching=role != ROLE_CONFIRM)),
                     trial_dir,
                     launcher,
                     max_memory_mb=self.spec.constraints.max_memory_mb,
