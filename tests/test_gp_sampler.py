@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.samplers import GPSampler
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.objectives import NoiseAwarePruner
 from autotune.search_space import study_space
@@ -189,7 +189,9 @@ def test_constraints_of_complete_trials_do_not_break_the_fit_on_pruned_ones() ->
     study.enqueue_trial({"x": 4})
     _pruned(study, {10: 5.0})  # an older study's pruned trial: no constraints recorded
     seen = _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    assert [sorted(t.constraints) for t in seen] == [["diverged", "memory"]] * 4
+    # memory: -1 on the complete trials, 0 (feasible) on the pruned one; diverged: 0 everywhere, no
+    # information, left out of the fit (test_constant_constraints_are_left_out_of_the_fit)
+    assert [sorted(t.constraints) for t in seen] == [["memory"]] * 4
     assert study.get_trials()[3].constraints == {}  # the stored trial is untouched
     trial = study.ask(space)
     assert 0 <= trial.params["x"] <= 20
@@ -308,3 +310,24 @@ def test_a_space_with_a_continuous_knob_keeps_optunas_acquisition_search(monkeyp
     assert _grid(SearchSpace(space)) is None and _grid(SearchSpace(_DISCRETE)) is not None
     big = {f"k{i}": optuna.distributions.IntDistribution(0, 9) for i in range(5)}  # 100,000 points
     assert EXHAUSTIVE_POINTS < 10**5 and _grid(SearchSpace(big)) is None
+
+
+def test_constant_constraints_are_left_out_of_the_fit() -> None:
+    """A constraint every trial met with the same value (memory without a budget, diverged before any trial
+    diverged) is not fitted: it says nothing about where the space is infeasible, and each constraint is a
+    GP of its own. One that varies, or that a trial violated, is."""
+    def study_with(memory: list[float], diverged: list[float]) -> list[FrozenTrial]:
+        study = optuna.create_study(direction="maximize", sampler=PartialGPSampler(seed=0, n_startup_trials=2))
+        for x, (mem, div) in enumerate(zip(memory, diverged, strict=True)):
+            trial = study.ask({"x": optuna.distributions.IntDistribution(0, 20)})
+            trial.set_constraint("memory", mem)
+            trial.set_constraint("diverged", div)
+            study.tell(trial, 10.0 + x)
+        return _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+    assert [t.constraints for t in study_with([-1.0] * 3, [0.0] * 3)] == [{}] * 3  # the quickstart's
+    budget = study_with([-900.0, -400.0, -650.0], [0.0] * 3)  # with a memory budget: how far below it
+    assert [sorted(t.constraints) for t in budget] == [["memory"]] * 3
+    diverged = study_with([-1.0] * 3, [0.0, 1.0, 0.0])
+    assert [sorted(t.constraints) for t in diverged] == [["diverged"]] * 3
+    assert study_with([1.0] * 3, [0.0] * 3)[0].constraints == {"memory": 1.0}  # all infeasible: kept

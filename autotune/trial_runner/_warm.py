@@ -97,20 +97,30 @@ class WarmLauncher(MachineLauncher):
         super().__init__(env, leases, lease_timeout_s)
         self._zygote: subprocess.Popen[bytes] | None = None
         self._zygote_env: tuple[tuple[str, str], ...] = ()
+        self._ready = False  # the zygote said it imported what ranks need
 
     @staticmethod
     def _env_key(plan: TrialPlan) -> tuple[tuple[str, str], ...]:
         return tuple(sorted(plan.config.env.items()))
 
     def _start(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
+        """The zygote for ``plan``'s environment, started if need be, once it is ready to fork."""
+        zygote = self._spawn(plan)
+        if not self._ready:
+            reply = self._read(zygote, READY_TIMEOUT_S)
+            if not reply.get("ready"):
+                self.close()
+                raise LaunchError(f"the warm trial launcher did not start: {reply}")
+            self._ready = True
+        return zygote
+
+    def _spawn(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
+        """Start the zygote for ``plan``'s environment unless it runs; does not wait for it to be ready."""
         # The study's env: variables may be read once, when a library loads (OMP_WAIT_POLICY when torch
         # loads libgomp): ranks forked from a zygote started under other values would not see them.
         if self._zygote is not None and self._env_key(plan) != self._zygote_env:
             self._close_zygote()
         self._zygote_env = self._env_key(plan)
-        return self._start_zygote(plan)
-
-    def _start_zygote(self, plan: TrialPlan) -> subprocess.Popen[bytes]:
         if self._zygote is not None and self._zygote.poll() is None:
             return self._zygote
         env = trial_environment(plan, self.extra_env)
@@ -129,11 +139,7 @@ class WarmLauncher(MachineLauncher):
         except OSError as e:
             raise LaunchError(f"cannot start the warm trial launcher: {e}") from e
         launched(zygote.pid)
-        self._zygote = zygote
-        reply = self._read(zygote, READY_TIMEOUT_S)
-        if not reply.get("ready"):
-            self.close()
-            raise LaunchError(f"the warm trial launcher did not start: {reply}")
+        self._zygote, self._ready = zygote, False
         return zygote
 
     def _read(self, zygote: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
@@ -152,9 +158,10 @@ class WarmLauncher(MachineLauncher):
         return data
 
     def prepare(self, plan: TrialPlan) -> None:
-        """Start the zygote now (the tuner does other work meanwhile); a failure is the first launch's error."""
+        """Start the zygote now and return: it imports torch while the tuner opens the study; the first launch
+        waits for it to be ready. A failure is the first launch's error."""
         with contextlib.suppress(LaunchError, OSError):
-            self._start(plan)
+            self._spawn(plan)
 
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
         lease = lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)

@@ -106,7 +106,9 @@ def leader(request: dict[str, Any]) -> int:  # pragma: no cover - runs in a fork
         deadline = time.monotonic() + GRACE_S
         while ranks and time.monotonic() < deadline:
             _reap(ranks, {}, block=False)
-            time.sleep(0.05)
+            # A rank dies within milliseconds of SIGTERM; the tuner's next trial waits for this process to
+            # be gone (a pruned trial's teardown took 0.12-0.23 s with 0.05 s naps here).
+            time.sleep(0.002)
         stop_all(signal.SIGKILL)
         _write(trial_dir / EXIT_FILE, "143")
         os._exit(143)

@@ -20,7 +20,7 @@ from autotune.trial_runner._rank import (
     write_error,
     write_pid,
 )
-from autotune.trial_runner._trace import trace_event
+from autotune.trial_runner._trace import trace_event, traced
 
 
 def main(argv: list[str]) -> None:
@@ -41,8 +41,10 @@ def main(argv: list[str]) -> None:
         die_with_parents(plan.tuner_pid)
         reset_peak_rss()
         trainer = Trainer(plan, RankContext.from_env(trial_dir))
-        trainer.init_distributed()
-        trainer.build()
+        with traced("rank_init_distributed", rank=rank, trial_dir=str(trial_dir)):
+            trainer.init_distributed()
+        with traced("rank_build", rank=rank, trial_dir=str(trial_dir)):
+            trainer.build()
         trainer.finish(trainer.train())
         code = 0
     except BaseException as error:

@@ -157,12 +157,14 @@ def _fitted_search_space(view: _WithPartial) -> dict[str, BaseDistribution]:
 
 def preload_gp() -> None:
     """Import what GPSampler's first fit imports (torch, scipy and optuna's GP modules: seconds on a busy
-    machine), so that it is not paid between two trials."""
+    machine), so that it is not paid between two trials. scipy.optimize is imported by the first fit
+    itself (optuna imports it lazily): 0.7 s of the quickstart's first GP trial's ask, 1.3 s in all."""
     import optuna._gp.acqf
     import optuna._gp.gp
     import optuna._gp.optim_mixed
     import optuna._gp.prior
     import optuna._gp.search_space  # noqa: F401
+    import scipy.optimize  # noqa: F401
 
 
 #: Outcomes of FAIL trials that say something about the configuration: it fails again if re-run.
@@ -223,7 +225,7 @@ class _WithPartial:
         # GPSampler needs the same constraints on every trial it fits. autotune records a pruned trial's
         # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over
         # the memory budget ends as oom, not pruned.
-        names = {name for t in trials if t.state == TrialState.COMPLETE for name in _constraints(t)}
+        names = _informative(trials, {n for t in trials if t.state == TrialState.COMPLETE for n in _constraints(t)})
         worst = _worst(self._study, trials)
         out: list[FrozenTrial] = []
         for t in trials:
@@ -237,6 +239,22 @@ class _WithPartial:
             elif partial is None and (wanted is None or t.state in wanted):
                 out.append(_ordered(t, names) if t.state == TrialState.COMPLETE else t)
         return out
+
+
+def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:
+    """The constraints worth a GP of their own: not one that every trial met with the same value (``memory``
+    without a budget is -1 on every feasible trial, ``diverged`` 0 until a trial diverges). A constant column
+    tells the model nothing about where the space is infeasible, and each constraint is a GP fitted and
+    evaluated at every point: on the quickstart two such constraints were two thirds of an ask. A trial that
+    failed for a recurring reason is infeasible on every constraint, so the constraints come back with it."""
+    if any(_fails_again(t) for t in trials):
+        return names
+    kept = set()
+    for name in names:
+        values = {t.system_attrs.get(name, 0.0) for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+        if len(values) > 1 or any(v > 0 for v in values):
+            kept.add(name)
+    return kept
 
 
 def _worst(study: optuna.Study, trials: list[FrozenTrial]) -> float | None:

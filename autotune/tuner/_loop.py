@@ -102,20 +102,21 @@ class Tuner:
         trace_event("tuner_run", time.time())
         target = n_trials or self.spec.budget.n_trials
         timeout_s = timeout_s if timeout_s is not None else self.spec.budget.timeout_s
+        launcher = self.launcher or make_launcher(self.spec)
         with signals_as_interrupts():
             try:
-                study = self.open()
-                self.recover(study)
-                with study_lock(self.url, study.study_name):  # workers started together queue one baseline
-                    self.ensure_baseline(study)
-            except KeyboardInterrupt:
-                raise Interrupted(130, trial_stopped=False) from None  # no trial of ours runs: nothing to record
-            launcher = self.launcher or make_launcher(self.spec)
-            try:
                 try:
-                    self._prepare(study, launcher)
+                    # The launcher's zygote and the GP's modules load while the study is opened.
+                    loader = self._prepare(launcher)
+                    study = self.open()
+                    self.recover(study)
+                    with study_lock(self.url, study.study_name):  # workers started together queue one baseline
+                        self.ensure_baseline(study)
+                    if loader is not None:
+                        with traced("preload_gp"):
+                            loader.join(timeout=120)
                 except KeyboardInterrupt:
-                    raise Interrupted(130, trial_stopped=False) from None
+                    raise Interrupted(130, trial_stopped=False) from None  # no trial of ours runs: nothing to record
                 deadline = None if timeout_s is None else self.clock() + timeout_s
                 done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
                 self.observer.study_opened(study, target, done)
@@ -151,18 +152,18 @@ class Tuner:
         self.observer.finished(summary)
         return summary
 
-    def _prepare(self, study: optuna.Study, launcher: Launcher) -> None:
-        """Before the first trial, side by side: the launcher starts what its launches reuse (the warm
-        launcher's zygote, importing torch in its own process) while this process imports the GP sampler's
-        modules; neither is then paid inside or between trials."""
+    def _prepare(self, launcher: Launcher) -> threading.Thread | None:
+        """Before the study is opened, side by side: the launcher starts what its launches reuse (the warm
+        launcher's zygote, importing torch in its own process) and a thread of this process imports the GP
+        sampler's modules and what its first fit loads (returned, to join before the first trial); neither is
+        then paid inside or between trials."""
         with traced("prepare_study"):
             loader = None
-            if isinstance(study.sampler, optuna.samplers.GPSampler):
+            if self.spec.sampler.name == "gp":
                 loader = threading.Thread(target=preload_gp, name="autotune-preload-gp", daemon=True)
                 loader.start()
             launcher.prepare(plan_for(self.spec, self.space.default_config(self.spec.baseline)))
-            if loader is not None:
-                loader.join(timeout=120)
+            return loader
 
     @property
     def url(self) -> str:

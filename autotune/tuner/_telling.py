@@ -125,8 +125,9 @@ def pruning_hook(
         value_of = running_value(objective)  # time_to_loss: the estimate from the windows so far
 
         def single(window: Window) -> bool:
-            trial.report(value_of(window), report_step(spec, window))
-            return prune and bool(trial.should_prune())
+            with traced("report", trial=trial.number):
+                trial.report(value_of(window), report_step(spec, window))
+                return prune and bool(trial.should_prune())
 
         return single
     if spec.pruner.name == "none" or not prune:
