@@ -175,3 +175,22 @@ def test_a_tuner_killed_with_sigkill_takes_its_trial_along(kind: str, tmp_path: 
             tuner.kill()
             tuner.wait(timeout=10)
 
+
+
+def test_prepare_starts_the_zygote_without_waiting_for_it(tmp_path: Path) -> None:
+    # prepare() returns while the zygote still imports torch (seconds); the first launch waits for it.
+    plan = TrialPlan(
+        config=TrialConfig.create(base_lr=1e-3, base_batch_size=8, batch_size=8), entrypoint="faulty.py:build",
+        base_dir=str(HERE), limits=TrialLimits(warmup_steps=1, max_steps=4, max_seconds=60),
+    )
+    launcher = WarmLauncher()
+    try:
+        started = time.monotonic()
+        launcher.prepare(plan)
+        assert time.monotonic() - started < 0.5
+        assert launcher._zygote is not None and not launcher._ready
+        result = run_trial(plan, tmp_path / "first", launcher)
+        assert result.outcome.value == "complete", result.reason
+        assert launcher._ready
+    finally:
+        launcher.close()

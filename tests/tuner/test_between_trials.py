@@ -140,3 +140,18 @@ def test_the_trace_is_written_only_when_asked_for(study_dir: Callable[..., Study
     assert {"tuner_run", "claim", "prepare", "run_trial", "attrs", "artifacts", "tell", "search_end"} <= names
     assert all(s["end"] >= s["start"] for s in spans)
     assert sorted({s["trial"] for s in spans if s["span"] == "tell"}) == [0, 1, 2]
+
+
+def test_the_launcher_is_prepared_before_the_study_is_opened(study_dir: Callable[..., StudyDir]) -> None:
+    # The warm launcher's zygote imports torch for seconds: it starts first, so that the tuner opens the
+    # study, queues the baseline and loads the GP's modules meanwhile (issue 20.2: the start of a search).
+    sd = study_dir("between-prepare", search_space=SPACE, trial=TRIAL)
+    seen: list[bool] = []
+
+    class Recording(NoLaunch):
+        def prepare(self, plan: Any) -> None:
+            seen.append(sd.db.exists())  # the SQLite file appears when the study is opened
+
+    Tuner(load_spec(str(sd.file)), launcher=Recording(), run_trial=replay_runner(landscape)).run(n_trials=3)
+    assert seen == [False]
+    assert sd.db.exists()
