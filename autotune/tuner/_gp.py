@@ -13,9 +13,10 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.tuner._writes import CONSTRAINTS_PREFIX
+
 __all__ = ["GP_MAX_TRIALS", "PartialGPSampler", "preload_gp"]
 
-_CONSTRAINTS_PREFIX = "constraints:"  # how optuna.Trial.set_constraint stores a constraint
 #: Finished trials past which the default sampler hands over to TPE (docs/reference.md, benchmarks/scale.py).
 GP_MAX_TRIALS = 100
 #: A search space of discrete knobs with at most this many points has its acquisition function evaluated at
@@ -284,18 +285,18 @@ def _as_failed(trial: FrozenTrial, constraint_names: set[str], worst: float | No
 def _ordered(trial: FrozenTrial, names: set[str], *, force: float | None = None) -> FrozenTrial:
     """``trial`` with the constraints ``names`` in one order (GPSampler reads them as columns): its own
     values, 0 (feasible) for one it lacks, or ``force`` for every one."""
-    own = {k: v for k, v in trial.system_attrs.items() if k.startswith(_CONSTRAINTS_PREFIX)}
+    own = {k: v for k, v in trial.system_attrs.items() if k.startswith(CONSTRAINTS_PREFIX)}
     if force is None and list(own) == sorted(names):
         return trial
     copied = copy.copy(trial)
-    copied.system_attrs = {k: v for k, v in trial.system_attrs.items() if not k.startswith(_CONSTRAINTS_PREFIX)}
+    copied.system_attrs = {k: v for k, v in trial.system_attrs.items() if not k.startswith(CONSTRAINTS_PREFIX)}
     for name in sorted(names):
         copied.system_attrs[name] = force if force is not None else own.get(name, 0.0)
     return copied
 
 
 def _constraints(trial: FrozenTrial) -> list[str]:
-    return [key for key in trial.system_attrs if key.startswith(_CONSTRAINTS_PREFIX)]
+    return [key for key in trial.system_attrs if key.startswith(CONSTRAINTS_PREFIX)]
 
 
 def _as_complete(trial: FrozenTrial, constraint_names: set[str]) -> FrozenTrial | None:

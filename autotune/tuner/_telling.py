@@ -66,28 +66,31 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         "error_lines": result.error_lines[-15:],
     }
     attrs.update(time_to_loss_attrs(result, spec))
-    with traced("attrs", trial=trial.number):
-        set_user_attrs(trial, attrs)  # one transaction
-    with traced("artifacts", trial=trial.number):
-        attach(study, trial.number, result.trial_dir)
+    # The verdict first, so that the constraints go in the attributes' transaction.
     outcome = result.outcome
+    values: list[float] | None = None
+    state = TrialState.FAIL
     if outcome is Outcome.PRUNED:
-        # Its constraints as measured so far: a sampler that models pruned trials (gp) needs the same
-        # constraints on every trial it fits.
-        for name, value in constraint_values(result, spec.constraints.max_memory_mb).items():
-            trial.set_constraint(name, value)
-        study.tell(trial, state=TrialState.PRUNED)
-        return
-    if outcome in (Outcome.COMPLETE, Outcome.OOM, Outcome.DIVERGED):
+        state = TrialState.PRUNED
+    elif outcome in (Outcome.COMPLETE, Outcome.OOM, Outcome.DIVERGED):
         values = objective_values(result, spec.objectives)
         if values is None and outcome is not Outcome.COMPLETE:
             values = [_worst_value(study, o) for o in spec.objectives]
         if values is not None:
-            for name, value in constraint_values(result, spec.constraints.max_memory_mb).items():
-                trial.set_constraint(name, value)
-            study.tell(trial, values)
-            return
-    study.tell(trial, state=TrialState.FAIL)
+            state = TrialState.COMPLETE
+    # A pruned trial's constraints are as measured so far: a sampler that models pruned trials (gp) needs the
+    # same constraints on every trial it fits.
+    constraints = (
+        constraint_values(result, spec.constraints.max_memory_mb) if state != TrialState.FAIL else None
+    )
+    with traced("attrs", trial=trial.number):
+        set_user_attrs(trial, attrs, constraints)  # one transaction
+    with traced("artifacts", trial=trial.number):
+        attach(study, trial.number, result.trial_dir)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, values)
+    else:
+        study.tell(trial, state=state)
 
 
 def _worst_value(study: optuna.Study, objective: Any) -> float:

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
 
-__all__ = ["BatchedSystemAttrs", "set_user_attrs"]
+__all__ = ["CONSTRAINTS_PREFIX", "BatchedSystemAttrs", "set_user_attrs"]
 
 
 def _rdb(storage: BaseStorage) -> RDBStorage | None:
@@ -46,13 +46,21 @@ def _write(storage: BaseStorage, trial_id: int, user: dict[str, Any], system: di
             rdb._set_trial_attr_without_commit(session, models.TrialSystemAttributeModel, trial_id, key, value)
 
 
-def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
-    """``trial.set_user_attr(k, v)`` for every item, in one transaction. A finished trial raises
-    :class:`optuna.exceptions.UpdateFinishedTrialError` and nothing is written, as Optuna does."""
-    if not attrs:
+#: How ``optuna.Trial.set_constraint`` stores a constraint: a system attribute under this prefix.
+CONSTRAINTS_PREFIX = "constraints:"
+
+
+def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None = None) -> None:
+    """``trial.set_user_attr(k, v)`` for every item, and ``trial.set_constraint(name, value)`` for every
+    constraint, in one transaction (set_constraint reads the trial's system attributes and commits, per
+    constraint). A finished trial raises :class:`optuna.exceptions.UpdateFinishedTrialError` and nothing is
+    written, as Optuna does."""
+    system = {f"{CONSTRAINTS_PREFIX}{name}": float(value) for name, value in (constraints or {}).items()}
+    if not attrs and not system:
         return
-    _write(trial.storage, trial._trial_id, attrs, {})
+    _write(trial.storage, trial._trial_id, attrs, system)
     trial._cached_frozen_trial.user_attrs.update(attrs)  # what Trial.set_user_attr keeps in step
+    trial._cached_frozen_trial.system_attrs.update(system)  # and set_constraint
 
 
 class BatchedSystemAttrs:

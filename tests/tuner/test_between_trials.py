@@ -87,15 +87,20 @@ def test_attributes_in_one_transaction_are_what_set_user_attr_stores(tmp_path: P
     storage = f"sqlite:///{tmp_path / 'attrs.db'}"
     study = optuna.create_study(storage=storage)
     attrs = {"outcome": "complete", "windows": [[5, 1.5, None, 0.3]], "reason": "", "steps": 20, "ok": True}
+    constraints = {"memory": -1.0, "diverged": 0.0}
     one, batched = study.ask(), study.ask()
     for key, value in attrs.items():
         one.set_user_attr(key, value)
-    set_user_attrs(batched, attrs)
+    for name, limit in constraints.items():
+        one.set_constraint(name, limit)
+    set_user_attrs(batched, attrs, constraints)
     assert batched.user_attrs == attrs  # the trial object sees them at once, as with set_user_attr
     study.tell(one, 1.0)
     study.tell(batched, 1.0)
     again = optuna.load_study(study_name=study.study_name, storage=storage).trials
     assert again[0].user_attrs == again[1].user_attrs == attrs
+    assert again[0].system_attrs == again[1].system_attrs  # and what set_constraint stores
+    assert again[0].constraints == again[1].constraints == constraints
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         set_user_attrs(batched, {"late": 1})
     assert "late" not in optuna.load_study(study_name=study.study_name, storage=storage).trials[1].user_attrs
