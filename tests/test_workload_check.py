@@ -214,3 +214,17 @@ def test_native_bf16_reads_the_cpu_flags(tmp_path: Path) -> None:
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
     assert native_bf16(str(info)) is True
     assert native_bf16(str(tmp_path / "none")) is None
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "hyperparameters.yaml", "hf_gpt2.yaml", "postgres.yaml"])
+def test_the_shipped_studies_ask_for_nothing_validate_warns_about(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The examples a newcomer runs first must not search what their own objectives cannot see (the
+    # quickstart searched lr_scaling under a throughput objective: every such trial, and up to six
+    # confirmation runs, compared two configurations of one speed). bf16's warning depends on the CPU.
+    import autotune.workload_check._warnings as wc
+
+    monkeypatch.setattr(wc, "native_bf16", lambda: True)
+    spec = load_spec(Path(__file__).resolve().parent.parent / "studies" / name)
+    assert study_warnings(spec, spec.resolved_device()) == []
