@@ -244,11 +244,11 @@ def analyse_trace(trace: Path) -> dict[str, Any]:
 def outside_training(trials: list[dict[str, Any]], gaps: list[dict[str, Any]], begin: float,
                      end: float) -> dict[str, float]:
     """Where the search's time outside training spans went, in seconds, summed over its trials: before the
-    first trial's first rank; each trial's first rank to rank 0's training
-    span (building the workload, the DataLoader, DDP), its training span's end to its run's end (held-out
-    evaluation, exit, teardown); the gaps between trials (a trial's end to the next one's first rank: the
-    tuner's tell and ask, the launch); after the last trial. With the training spans they add up to the
-    search's wall time (a trial without a traced span counts in none of them)."""
+    first trial's first rank; each trial's first rank to rank 0's training span (building the workload, the
+    DataLoader, DDP); its training span's end to its run's end (held-out evaluation, exit, teardown); the
+    gaps between trials (a trial's end to the next one's first rank: the tuner's tell and ask, the launch);
+    after the last trial. With the training spans they add up to the search's wall time (a trial without a
+    traced span counts in none of them)."""
     timed = [t for t in trials if t["first_rank"] is not None and t["training"] is not None]
     parts = {
         "before_first_trial": (trials[0]["first_rank"] or trials[0]["run_start"]) - begin if trials else 0.0,

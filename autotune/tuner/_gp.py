@@ -246,8 +246,9 @@ def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:
     """The constraints worth a GP of their own: not one that every trial met with the same value (``memory``
     without a budget is -1 on every feasible trial, ``diverged`` 0 until a trial diverges). A constant column
     tells the model nothing about where the space is infeasible, and each constraint is a GP fitted and
-    evaluated at every point: on the quickstart two such constraints were two thirds of an ask. A trial that
-    failed for a recurring reason is infeasible on every constraint, so the constraints come back with it."""
+    evaluated at every point: leaving out the quickstart's two took its ask at 13 trials from 0.13 to 0.10 s.
+    A trial that failed for a recurring reason is infeasible on every constraint, so the constraints come back
+    with it."""
     if any(_fails_again(t) for t in trials):
         return names
     kept = set()

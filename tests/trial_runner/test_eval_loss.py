@@ -13,11 +13,13 @@ from autotune.trial_runner import TrialPlan, WarmLauncher, run_trial
 HERE = Path(__file__).parent
 
 
-def _run(tmp_path: Path, launcher: WarmLauncher, world_size: int, eval_samples: int, batch: int = 4):  # type: ignore[no-untyped-def]
+def _run(  # type: ignore[no-untyped-def]
+    tmp_path: Path, launcher: WarmLauncher, world_size: int, eval_samples: int, batch: int = 4, evaluate: bool = True
+):
     config = TrialConfig.create(base_lr=1e-3, base_batch_size=4, batch_size=batch, world_size=world_size)
     plan = TrialPlan(
         config=config, entrypoint="eval_workload.py:build", args={"eval_samples": eval_samples}, base_dir=str(HERE),
-        limits=TrialLimits(warmup_steps=1, max_steps=6, max_seconds=40, hang_seconds=10),
+        limits=TrialLimits(warmup_steps=1, max_steps=6, max_seconds=40, hang_seconds=10), evaluate=evaluate,
     )
     return run_trial(plan, tmp_path / f"w{world_size}-{eval_samples}", launcher)
 
@@ -39,12 +41,7 @@ def test_no_eval_dataset_no_eval_loss(tmp_path: Path, warm_launcher: WarmLaunche
 
 
 def test_a_plan_without_evaluation_records_no_eval_loss(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
-    config = TrialConfig.create(base_lr=1e-3, base_batch_size=4, batch_size=3, world_size=1)
-    plan = TrialPlan(
-        config=config, entrypoint="eval_workload.py:build", args={"eval_samples": 10}, base_dir=str(HERE),
-        limits=TrialLimits(warmup_steps=1, max_steps=6, max_seconds=40, hang_seconds=10), evaluate=False,
-    )
-    result = run_trial(plan, tmp_path / "no-eval", warm_launcher)
+    result = _run(tmp_path, warm_launcher, 1, eval_samples=10, batch=3, evaluate=False)
     assert result.outcome.value == "complete", result.reason
     assert result.eval_loss is None
 
@@ -79,7 +76,10 @@ def test_a_speed_study_evaluates_in_its_confirmation_runs_only(tmp_path: Path) -
     # The study-file defaults (trial.evaluate: auto) on a speed objective: the search's trials end without
     # evaluating, the confirmation runs of the chosen configuration and the baseline evaluate, and the
     # summary's held-out row reads them.
+    from rich.console import Console
+
     import autotune
+    from autotune.cli._run_summary import print_summary
     from autotune.tuner import summarize
 
     study = tmp_path / "study.yaml"
@@ -99,10 +99,6 @@ def test_a_speed_study_evaluates_in_its_confirmation_runs_only(tmp_path: Path) -
     assert searched and all(t.user_attrs.get("eval_loss") is None for t in searched)
     assert confirms and all(isinstance(t.user_attrs["eval_loss"], float) for t in confirms
                             if t.user_attrs["outcome"] == "complete")
-    from rich.console import Console
-
-    from autotune.cli._run_summary import print_summary
-
     spec = autotune.load_spec(study)
     console = Console(record=True, width=160)
     print_summary(console, summarize(calibration.study, spec), spec)

@@ -176,7 +176,6 @@ def test_a_tuner_killed_with_sigkill_takes_its_trial_along(kind: str, tmp_path: 
             tuner.wait(timeout=10)
 
 
-
 def test_prepare_starts_the_zygote_without_waiting_for_it(tmp_path: Path) -> None:
     # prepare() returns while the zygote still imports torch (seconds); the first launch waits for it.
     plan = TrialPlan(
