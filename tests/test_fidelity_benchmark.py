@@ -5,6 +5,7 @@ issue asks for: rho, the chosen configuration's long/short, two ranks against on
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,22 @@ def test_fidelity_quick_on_the_hf_model_records_rho_bias_and_settling(tmp_path: 
     assert bias["two_over_one"] == pytest.approx(bias["two_ranks"] / bias["one_rank"])
     assert results["short_settled"][1] == 4
     assert "two ranks / one rank" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_trial_scatter_quick_records_scatter_and_each_trials_own_error_by_length(tmp_path: Path) -> None:
+    out = tmp_path / "trial_scatter.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "trial_scatter.py"), "--quick", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280, start_new_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert [(r["max_steps"], r["trials"]) for r in results["rows"]] == [(6, 2), (10, 2)]
+    runs = results["runs"]
+    assert sorted((r["round"], r["max_steps"]) for r in runs) == [(0, 6), (0, 10), (1, 6), (1, 10)]
+    for row in results["rows"]:
+        values = row["samples_s"]
+        assert row["cv"] == pytest.approx(statistics.stdev(values) / statistics.mean(values))
+        assert row["measured_s"] > 0 and 0 < row["standard_error_median"] < 1
+    # a longer trial measures longer: the 10-step trials' measured part is longer than the 6-step ones'
+    assert results["rows"][1]["measured_s"] > results["rows"][0]["measured_s"]
