@@ -34,8 +34,8 @@ class Group:
     ``spread`` is (max - min) / |median| of ``values`` (0 for a single value); ``peak_memory_mb`` and
     ``loss`` are the medians of the known ones (None when none is known); ``half_width`` is the relative
     half-width of the ~95% interval of ``median`` (:func:`autotune.objectives._noise.half_width`, with the
-    deviation pooled over the groups measured together; None when it cannot be told: measured once without
-    a window interval).
+    deviation pooled over the groups measured together, a group measured once included; None when it cannot be
+    told: measured once, without a window interval, and no group measured twice).
     """
 
     config_key: str

@@ -8,8 +8,12 @@ as in an analysis of variance: Σ(n_i - 1) degrees of freedom): the noise is the
 and alike across configurations, while a configuration's own two measurements give t(1) = 12.7 and an
 interval many times its real width — on the quiet quickstart a baseline read 1,064 and 938 samples/s
 (±80% alone, ±17% pooled over 3 configurations and 6 degrees of freedom). The interval is never narrower
-than the trial's own window-to-window interval (``throughput_spread``, per trial, over √n); measured once,
-the window interval alone. Relative half-widths throughout: 0.04 is ±4%.
+than the trial's own window-to-window interval (``throughput_spread``, per trial, over √n). Measured once, it
+is the pooled deviation's interval for n = 1 when the study has one, else the window interval alone: a
+trial's windows share its run's luck, and on the 2-core VM whole 20-100-step runs of one configuration
+scattered 9-19% (coefficient of variation) while each run's windows put its error at 2-4%
+(benchmarks/trial_scatter.py), so the window interval alone would call a once-measured baseline or runner-up
+precise. Relative half-widths throughout: 0.04 is ±4%.
 """
 
 from __future__ import annotations
@@ -52,11 +56,12 @@ def half_width(
     values: Sequence[float], within: Iterable[float | None] = (), pooled: Pooled | None = None
 ) -> float | None:
     """The relative half-width of a configuration's ~95% interval (module docstring); None when it cannot
-    be told (one measurement, no window interval). Without ``pooled``, the values' own deviation."""
+    be told (one measurement, no window interval, nothing pooled). Without ``pooled``, the values' own deviation
+    (none for one value)."""
     center = statistics.median(values) if values else 0.0
     known = [w for w in within if w is not None and math.isfinite(w)]
     window = statistics.median(known) / math.sqrt(len(values)) if known and values else None
-    if len(values) < 2 or center == 0:
+    if not values or center == 0 or (len(values) < 2 and pooled is None):
         return window
     if pooled is not None:
         between = t975(pooled.df) * pooled.sd / math.sqrt(len(values))

@@ -72,6 +72,30 @@ def test_the_deviation_is_pooled_over_the_configurations_measured_more_than_once
     assert pooled_sd([[5.0], [-1.0, 2.0]]) is None
 
 
+def test_a_once_measured_configuration_gets_the_pooled_interval_not_its_windows_alone() -> None:
+    # benchmarks/trial_scatter.py: whole runs of one configuration scattered 9-19% while each run's windows put
+    # its error at 2-4%; a once-measured baseline or runner-up must not look that precise when the study knows
+    # its run-to-run noise from configurations measured more than once.
+    pooled = pooled_sd([[2004.0, 2189.0, 1794.0, 1938.0], [2081.0, 1851.0, 1656.0]])
+    assert pooled is not None and pooled.df == 5
+    once = half_width([1000.0], [0.03], pooled)
+    assert once == pytest.approx(t975(5) * pooled.sd) and once > 0.03 * 5  # type: ignore[operator]
+    assert half_width([1000.0], [5.0], pooled) == pytest.approx(5.0)  # never narrower than its windows
+    assert half_width([1000.0], [], pooled) == pytest.approx(t975(5) * pooled.sd)
+    assert half_width([1000.0], [0.03]) == pytest.approx(0.03)  # nothing pooled: the windows alone
+
+
+def test_a_winner_does_not_separate_from_a_once_measured_baseline_on_its_windows_alone() -> None:
+    # 64 measured 3 times (about ±4% run to run, ±19% for one run with 2 degrees of freedom), the baseline
+    # once: 15% apart is inside the noise, and the speed-up carries that interval
+    study = _study({32: [1000.0], 64: [1150.0, 1200.0, 1100.0]})
+    choice = choose(study)
+    assert choice.best is not None and choice.best.config_key == config_key(_config(64))
+    assert choice.baseline is not None and choice.baseline.half_width is not None
+    assert choice.baseline.half_width > 0.15 and not choice.separated
+    assert choice.speedup_half_width is not None and choice.speedup_half_width > 0.2
+
+
 def test_separated_intervals_say_best_by_with_the_interval() -> None:
     # 64 measures 1500 +- ~2%, the baseline 1000 +- ~2%: apart, so "best by 50% (± ...)".
     study = _study({32: [1000.0, 990.0, 1010.0, 1005.0], 64: [1500.0, 1490.0, 1510.0, 1505.0]})
