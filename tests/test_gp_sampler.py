@@ -14,7 +14,7 @@ from autotune.objectives import NoiseAwarePruner
 from autotune.search_space import study_space
 from autotune.spec import parse_spec
 from autotune.tuner import make_pruner, make_sampler
-from autotune.tuner._gp import PartialGPSampler, _WithPartial
+from autotune.tuner._gp import OneThreadGPSampler, PartialGPSampler, _WithPartial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -53,6 +53,7 @@ def test_multi_objective_gp_is_optunas_own(tmp_path: Path) -> None:
     spec = _spec(tmp_path, objectives=objectives)
     sampler = make_sampler(spec, study_space(spec))
     assert isinstance(sampler, GPSampler) and not isinstance(sampler, PartialGPSampler)
+    assert isinstance(sampler, OneThreadGPSampler)
 
 
 def _pruned(study: optuna.Study, values: dict[int, float]) -> None:
@@ -331,3 +332,59 @@ def test_constant_constraints_are_left_out_of_the_fit() -> None:
     diverged = study_with([-1.0] * 3, [0.0, 1.0, 0.0])
     assert [sorted(t.constraints) for t in diverged] == [["diverged"]] * 3
     assert study_with([1.0] * 3, [0.0] * 3)[0].constraints == {"memory": 1.0}  # all infeasible: kept
+
+
+def test_the_gp_fits_and_searches_on_one_torch_thread_and_gives_the_count_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two intra-op threads the first acquisition evaluation after a trial waited for the sleeping pool
+    (every other quickstart ask 0.10-0.13 s instead of 0.02 s): the GP runs on one thread, and the process's
+    own count (a user's launcher, through calibrate()) is restored after every ask, also when it fails."""
+    import torch
+
+    seen: list[int] = []
+    exhaustive = PartialGPSampler._optimize_acqf
+
+    def spy(self: PartialGPSampler, acqf: object, best: object) -> object:
+        seen.append(torch.get_num_threads())
+        return exhaustive(self, acqf, best)
+
+    monkeypatch.setattr(PartialGPSampler, "_optimize_acqf", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        study = optuna.create_study(direction="maximize", sampler=PartialGPSampler(seed=0, n_startup_trials=3))
+        for _ in range(6):
+            trial = study.ask(_DISCRETE)
+            assert torch.get_num_threads() == 2
+            study.tell(trial, _throughput(trial.params))
+        assert seen == [1, 1, 1]  # the three asks after the start-up trials
+        monkeypatch.setattr(GPSampler, "_sample_relative_impl", lambda *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            study.ask(_DISCRETE)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_multi_objective_gp_runs_on_one_torch_thread_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    seen: list[int] = []
+    impl = GPSampler._sample_relative_impl
+
+    def spy(self: GPSampler, *args: object) -> object:
+        seen.append(torch.get_num_threads())
+        return impl(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GPSampler, "_sample_relative_impl", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        study = optuna.create_study(directions=["maximize", "minimize"],
+                                    sampler=OneThreadGPSampler(seed=0, n_startup_trials=3))
+        for _ in range(5):
+            trial = study.ask(_DISCRETE)
+            value = _throughput(trial.params)
+            study.tell(trial, [value, 1000.0 / value])
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

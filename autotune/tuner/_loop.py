@@ -226,12 +226,17 @@ class Tuner:
             config = TrialConfig.model_validate(trial.user_attrs["config"])
             self._record_params(trial, config)
         else:
-            config = self.space.suggest(trial)
+            with traced("suggest", trial=trial.number):  # the sampler's fit and search, a commit per knob
+                config = self.space.suggest(trial)
         key = config_key(config.model_dump())
-        set_user_attrs(trial, {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity})
+        with traced("config_attrs", trial=trial.number):
+            set_user_attrs(
+                trial, {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity}
+            )
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
-        skipped = memory_gate(self.spec, study, trial, config, role, trial_dir, self.tell)  # predicted over budget
+        with traced("memory_gate", trial=trial.number):
+            skipped = memory_gate(self.spec, study, trial, config, role, trial_dir, self.tell)  # predicted over budget
         if skipped is not None:
             self.observer.trial_finished(trial.number, role, config, skipped)
             return skipped

@@ -13,7 +13,7 @@ from autotune.errors import UsageError
 from autotune.objectives import NoiseAwarePruner, is_reference
 from autotune.search_space import SearchSpace
 from autotune.spec import StudySpec
-from autotune.tuner._gp import PartialGPSampler
+from autotune.tuner._gp import OneThreadGPSampler, PartialGPSampler
 from autotune.tuner._storage import quiet
 
 
@@ -36,7 +36,7 @@ def _make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
     if name == "gp":
         if len(spec.objectives) == 1:
             return PartialGPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
+        return OneThreadGPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n_trials // 3)))
     if name == "random":
