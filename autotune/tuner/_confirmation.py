@@ -18,6 +18,7 @@ from autotune.spec import StudySpec
 from autotune.tuner._observer import Observer
 from autotune.tuner._results import chosen, measured_groups
 from autotune.tuner._roles import FINISHED, INTERRUPTED, ROLE_BASELINE, ROLE_CONFIRM
+from autotune.workload_check import knobs_not_decided
 
 RunConfirmation = Callable[[Group], None]  # queue one confirmation run of the group's configuration, run it
 
@@ -125,7 +126,11 @@ def wall_times(study: optuna.Study) -> list[float]:
 
 def top_groups(groups: list[Group], spec: StudySpec, k: int) -> list[Group]:
     """The best ``k`` configurations by median of the first objective (Pareto-optimal ones first when
-    there are several objectives)."""
+    there are several objectives), no two of which differ only in knobs the objectives cannot see
+    (:func:`autotune.workload_check.knobs_not_decided`: ``lr_scaling`` under throughput and memory): such a
+    pair is one configuration to these objectives, and re-measuring both spends the confirmation on telling
+    equal speeds apart (the quickstart, when it searched lr_scaling, gave 6 of its 7 confirmation runs to one
+    configuration at two lr_scalings). The better-ranked one stands for both."""
     direction = spec.objectives[0].direction or "maximize"
     reverse = direction == "maximize"
     ranked = sorted(groups, key=lambda g: g.median, reverse=reverse)
@@ -133,7 +138,24 @@ def top_groups(groups: list[Group], spec: StudySpec, k: int) -> list[Group]:
         points = [_group_point(g, spec) for g in ranked]
         front = set(pareto_front(points, [o.direction or "maximize" for o in spec.objectives]))
         ranked = [g for i, g in enumerate(ranked) if i in front] + [g for i, g in enumerate(ranked) if i not in front]
+    undecided = knobs_not_decided(spec)
+    if undecided:
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        distinct = []
+        for group in ranked:
+            visible = _visible(group, undecided)
+            if visible not in seen:
+                seen.add(visible)
+                distinct.append(group)
+        ranked = distinct
     return ranked[:k]
+
+
+def _visible(group: Group, undecided: list[str]) -> tuple[tuple[str, str], ...]:
+    """The group's configuration as the objectives see it: without the undecided knobs and what they
+    derive (``lr`` from ``lr_scaling``)."""
+    hidden = set(undecided) | ({"lr"} if "lr_scaling" in undecided else set())
+    return tuple(sorted((name, repr(value)) for name, value in group.config.items() if name not in hidden))
 
 
 def _group_point(group: Group, spec: StudySpec) -> list[float]:
