@@ -21,7 +21,13 @@ from autotune.objectives._metrics import (
     window_history,
     window_value,
 )
-from autotune.objectives._noise import FIRST_TRIAL_FAR_OFF, Separation, busy_trials, busy_warning
+from autotune.objectives._noise import (
+    FIRST_TRIAL_FAR_OFF,
+    Separation,
+    busy_trials,
+    busy_warning,
+    one_run_half_width,
+)
 from autotune.objectives._noise_pruner import NoiseAwarePruner
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
 from autotune.objectives._time_to_loss import (
@@ -41,6 +47,6 @@ __all__ = [
     "PruningDecision", "RunningTimeToLoss", "Separation", "TimeToLoss", "TimeToLossRow", "busy_trials",
     "busy_warning", "choose", "choose_best", "compile_payback", "complete_trials", "config_key", "constraint_values",
     "dominates", "estimate_time_to_loss", "explain_choice", "group_measurements", "is_reference", "loss_noise_floor",
-    "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front", "running_value",
-    "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "measured_groups", "memory_points", "metric_value", "objective_values", "one_run_half_width", "pareto_front",
+    "running_value", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

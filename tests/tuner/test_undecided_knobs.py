@@ -48,3 +48,4 @@ def test_a_loss_objective_sees_lr_scaling_and_confirms_both(study_dir: Callable[
     # by loss, 64 at sqrt and 64 at none are the top two, and they are two configurations to this study
     runs = _confirmed(study_dir, [{"metric": "loss", "direction": "minimize"}])
     assert runs[(64, "sqrt")] >= 1 and runs[(64, "none")] >= 1
+

@@ -1,0 +1,44 @@
+"""`autotune status`'s ± for a trial: its windows' interval, at least the study's interval of one run once the
+study has re-measured configurations (a run's windows share its luck: benchmarks/trial_scatter.py)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+from rich.console import Console
+
+from autotune.cli._results import print_status
+from autotune.objectives import measured_groups, one_run_half_width
+from autotune.search_space import TrialConfig
+from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
+from autotune.workload_check import load_spec
+
+from .conftest import StudyDir
+
+TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
+
+
+def _landscape(config: TrialConfig, repeat: int) -> Measured:
+    """Every window of a run alike; re-runs of a configuration 2% apart."""
+    centre = {16: 600.0, 32: 1000.0, 64: 1500.0}[config.batch_size]
+    return Measured(centre * (1.01 if repeat % 2 else 0.99))
+
+
+def test_status_gives_each_trial_at_least_the_studys_interval_of_one_run(study_dir: Callable[..., StudyDir]) -> None:
+    """A trial's windows agree with each other (its throughput_spread is ~0 in this landscape) while re-runs of
+    its configuration differ by 2%: once the study has re-measured configurations, `autotune status` shows a
+    trial's ± as at least the study's interval of one run, not its windows' alone."""
+    sd = study_dir("status-width", search_space={"batch_size": {"choices": [16, 32, 64]}}, trial=TRIAL,
+                   sampler={"name": "grid"}, pruner={"name": "none"},
+                   confirm={"top_k": 2, "repeats": 2, "max_repeats": 2})
+    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape)).run(n_trials=3)
+    width = one_run_half_width(g.values for g in measured_groups(summary.study, "throughput_samples_s"))
+    assert width is not None and width > 0.01
+    spreads = [t.user_attrs.get("throughput_spread") for t in summary.study.trials]
+    assert all(s is not None and s < width for s in spreads)  # each run's windows alone say less
+    out = io.StringIO()
+    print_status(Console(file=out, width=200, color_system=None), str(sd.file))
+    rows = [line.split() for line in out.getvalue().splitlines() if line.strip()[:1].isdigit()]
+    shown = [row[4] for row in rows if len(row) > 4 and row[4].endswith("%")]
+    assert shown and all(cell == f"{width:.0%}" for cell in shown)
