@@ -53,7 +53,29 @@ def apply_threads(setting: int | str, local_world_size: int, num_workers: int, d
         torch.set_num_threads(threads)
         for name in THREAD_ENV:
             os.environ[name] = str(threads)
+        limit_blas(threads)
     return torch.get_num_threads()
+
+
+def limit_blas(threads: int) -> None:
+    """Give numpy's BLAS (OpenBLAS or MKL, through threadpoolctl) the rank's thread count.
+
+    BLAS reads its thread count once, when numpy is imported. A rank forked from the warm launcher's zygote
+    inherits the zygote's count (this machine's cores), so at two ranks each ran two BLAS threads on a
+    2-core machine: the MLP dataset's 256-sample probe, two 64x64 matrix products per mixing round, took
+    0.25-0.29 s in each rank instead of 0.02-0.03 s (spinning BLAS threads on oversubscribed cores), and so
+    would any numpy matrix work in a workload's dataset. A torchrun rank reads OMP_NUM_THREADS at its start
+    and gets the same count this way."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")
+
+
+def blas_threads() -> int | None:
+    """The thread count of the BLAS numpy loaded (None when threadpoolctl sees none)."""
+    from threadpoolctl import threadpool_info
+
+    return max((int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"), default=None)
 
 
 def shard_model(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:

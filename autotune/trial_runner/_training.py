@@ -26,7 +26,13 @@ import torch
 import torch.distributed as dist
 
 from autotune.spec import split_hyperparameters
-from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, apply_threads, shard_model
+from autotune.trial_runner._apply import (
+    THREAD_ENV,
+    apply_checkpointing,
+    apply_threads,
+    blas_threads,
+    shard_model,
+)
 from autotune.trial_runner._memory import MemorySampler
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
 from autotune.trial_runner._trace import trace_event
@@ -229,6 +235,7 @@ class Trainer:
         facts = {
             "rank": self.ctx.rank,
             "torch_threads": torch.get_num_threads(),
+            "blas_threads": blas_threads(),
             "thread_env": {name: os.environ.get(name) for name in THREAD_ENV},
             "env": {name: os.environ.get(name) for name in self.config.env},
             # as the process started (a forked rank: as its zygote started), when libraries loaded

@@ -60,6 +60,7 @@ def test_a_threads_number_is_set_in_every_rank_torch_and_openmp(run_knobs: Any, 
     assert [r["rank"] for r in applied["ranks"]] == [0, 1]
     for rank in applied["ranks"]:
         assert rank["torch_threads"] == 3
+        assert rank["blas_threads"] == 3  # numpy's BLAS too (threadpoolctl)
         assert rank["thread_env"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
         if kind == "torchrun":  # in the rank's environment from its start (a warm rank's start is its zygote's)
             assert rank["thread_env_at_start"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
@@ -71,6 +72,20 @@ def test_auto_threads_resolve_to_the_heuristic_and_are_recorded(run_knobs: Any) 
     assert applied["threads_per_rank"]["setting"] == "auto"
     # the trial ran pinned to the cores it leased: all of this process's here (nothing else of ours runs)
     assert result.threads_per_rank == applied["ranks"][0]["torch_threads"] == compute_threads(1, 1)
+
+
+@pytest.mark.parametrize("kind", ["warm", "torchrun"])
+def test_numpys_blas_gets_each_ranks_share_after_a_one_rank_trial(run_knobs: Any, kind: str) -> None:
+    """BLAS reads its thread count when numpy is imported: a rank forked from the zygote kept the zygote's
+    (all the cores), so two ranks each ran this machine's cores' worth of BLAS threads and numpy matrix work in
+    a dataset took ~10x longer. After a one-rank trial (the zygote as the baseline leaves it), a two-rank
+    trial's ranks have their own share, as torch has."""
+    one, _ = run_knobs({}, world_size=1, kind=kind)
+    assert one.outcome is Outcome.COMPLETE, one.reason
+    result, applied = run_knobs({}, world_size=2, kind=kind)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    for rank in applied["ranks"]:
+        assert rank["blas_threads"] == rank["torch_threads"] == compute_threads(2, 0)
 
 
 def test_env_values_reach_every_rank_from_its_start(run_knobs: Any) -> None:
