@@ -221,6 +221,19 @@ class WorkloadRef:
         return self.entrypoint.rsplit(".", 1)[-1].split(":")[0]
 
 
+#: The real third-party model's study file (issue 16): fidelity.py and trial_scatter.py measure its trials.
+HF_STUDY = REPO / "studies" / "hf_gpt2.yaml"
+
+
+def hf_study() -> tuple[WorkloadRef, dict[str, Any]]:
+    """studies/hf_gpt2.yaml's workload and its ``trial:`` section (the defaults filled in)."""
+    from autotune.spec import read_spec
+
+    spec = read_spec(str(HF_STUDY))
+    workload = WorkloadRef(str(HF_STUDY.parent / spec.workload.entrypoint), dict(spec.workload.args))
+    return workload, spec.trial.model_dump(exclude_none=True)
+
+
 #: The quickstart's MLP (studies/quickstart.yaml): the workload most benchmarks use.
 MLP = WorkloadRef("autotune.workloads.mlp:build", {"hidden": 256, "depth": 4, "transform_cost": 16})
 CONVNET = WorkloadRef("autotune.workloads.convnet:build")

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    REPO,
+    HF_STUDY,
     RUNS,
     Trials,
     WorkloadRef,
@@ -46,6 +46,7 @@ from _common import (
     console,
     default_out,
     fmt,
+    hf_study,
     machine_caption,
     machine_facts,
     median,
@@ -64,7 +65,6 @@ from _common import (
 RHO_TARGET = 0.9
 ESTIMATE_TARGET = 0.05
 RANK_BIAS_TARGET = 0.03
-HF_STUDY = REPO / "studies" / "hf_gpt2.yaml"
 # Issue 16's eight configurations of the HF GPT-2 (quick: one of each world size).
 HF_CONFIGS: list[dict[str, Any]] = [
     {"batch_size": 16}, {"batch_size": 32}, {"batch_size": 64}, {"batch_size": 32, "world_size": 2},
@@ -134,11 +134,7 @@ def long_limits(short: dict[str, Any], factor: int) -> dict[str, Any]:
 
 def hf_setup(quick: bool, top: int | None) -> tuple[WorkloadRef, dict[str, Any], list[dict[str, Any]]]:
     """studies/hf_gpt2.yaml's workload and trial section (quick: 8-step trials) and issue 16's configurations."""
-    from autotune.spec import read_spec
-
-    spec = read_spec(str(HF_STUDY))
-    workload = WorkloadRef(str(HF_STUDY.parent / spec.workload.entrypoint), dict(spec.workload.args))
-    short = spec.trial.model_dump(exclude_none=True)
+    workload, short = hf_study()
     if quick:
         short.update(max_steps=8, warmup_steps=1, report_every=1)
     configs = (HF_QUICK if quick else HF_CONFIGS)[: top or None]

@@ -31,6 +31,7 @@ from _common import (
     console,
     default_out,
     fmt,
+    hf_study,
     machine_caption,
     machine_facts,
     median,
@@ -40,7 +41,6 @@ from _common import (
     warn_if_busy,
     write_json,
 )
-from fidelity import hf_setup
 
 CONFIGS: list[dict[str, Any]] = [{"batch_size": 32}, {"batch_size": 16, "world_size": 2},
                                  {"batch_size": 64, "world_size": 2}]
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     repeats = args.repeats or (2 if quick else 5)
     configs = CONFIGS[:1] if quick else CONFIGS
     out = args.out or default_out("trial_scatter", quick)
-    workload, short, _ = hf_setup(False, None)
+    workload, short = hf_study()
     if quick:
         short.update(warmup_steps=1)
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from autotune.cli._run_summary import noise_lines
 from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
-from autotune.objectives import compile_payback, complete_trials, measured_groups, one_run_half_width
+from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, measured_groups, pooled_sd
 from autotune.spec import StudySpec
 from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, read_study, summarize, warm_start_line
 from autotune.workload_check import describe_fingerprint, load_spec
@@ -96,8 +96,8 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
                       f"(pid {worker.get('pid', '?')})")
     # A trial's windows share its run's luck: whole runs of one configuration scatter several times more than
     # one run's windows say (benchmarks/trial_scatter.py). Once the study has re-measured a configuration, a
-    # trial's ± is at least the study's interval of one run.
-    run_width = one_run_half_width(g.values for g in measured_groups(study, "throughput_samples_s"))
+    # trial's ± is that of a configuration measured once (objectives' half_width with the pooled deviation).
+    pooled = pooled_sd(g.values for g in measured_groups(study, "throughput_samples_s"))
     table = Table(box=None, header_style="dim")
     for name in ("#", "role", "outcome", "samples/s", "±", "MB", "loss", "load"):
         table.add_column(name, no_wrap=True)  # short figures; the reason takes what is left of the line
@@ -107,7 +107,7 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         a = t.user_attrs
         outcome = str(a.get("outcome", t.state.name.lower()))
         table.add_row(str(t.number), str(a.get("role", "")), f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
-                      fmt(a.get("throughput_samples_s"), ",.0f"), _spread(a, run_width),
+                      fmt(a.get("throughput_samples_s"), ",.0f"), _spread(a, pooled),
                       fmt(a.get("peak_memory_mb"), ",.0f"),
                       fmt(a.get("loss"), ".4g"), _load(a), escape(str(a.get("reason", ""))[:60]))
     # Never cut a line at the edge: a reason is read whole (wrapped in its column), also in a pipe or a log.
@@ -132,13 +132,14 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
         console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def _spread(attrs: dict[str, Any], run_width: float | None = None) -> str:
-    """The trial's ± as ``4%``: its window interval (throughput_spread), at least ``run_width`` (the study's
-    interval of one run) for a measured trial; marked ``?`` when the trial's warm-up never settled (a
-    low-confidence number)."""
+def _spread(attrs: dict[str, Any], pooled: Pooled | None = None) -> str:
+    """The trial's ± as ``4%``: its window interval (throughput_spread), and once the study has a pooled
+    run-to-run deviation, the interval of one measurement (never narrower than the windows'); marked ``?`` when
+    the trial's warm-up never settled (a low-confidence number)."""
     spread = attrs.get("throughput_spread")
-    if run_width is not None and isinstance(attrs.get("throughput_samples_s"), (int, float)):
-        spread = max(spread, run_width) if isinstance(spread, (int, float)) else run_width
+    value = attrs.get("throughput_samples_s")
+    if pooled is not None and isinstance(value, (int, float)):
+        spread = half_width([float(value)], [spread], pooled)
     text = f"{spread:.0%}" if isinstance(spread, (int, float)) else "-"
     return f"[yellow]{text}?[/]" if attrs.get("settled") is False else text
 

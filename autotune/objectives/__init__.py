@@ -23,10 +23,12 @@ from autotune.objectives._metrics import (
 )
 from autotune.objectives._noise import (
     FIRST_TRIAL_FAR_OFF,
+    Pooled,
     Separation,
     busy_trials,
     busy_warning,
-    one_run_half_width,
+    half_width,
+    pooled_sd,
 )
 from autotune.objectives._noise_pruner import NoiseAwarePruner
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
@@ -43,10 +45,10 @@ from autotune.objectives._time_to_loss import (
 
 __all__ = [
     "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "Choice", "CompilePayback", "DominancePruner", "Group", "History",
-    "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "NoiseAwarePruner",
-    "PruningDecision", "RunningTimeToLoss", "Separation", "TimeToLoss", "TimeToLossRow", "busy_trials",
-    "busy_warning", "choose", "choose_best", "compile_payback", "complete_trials", "config_key", "constraint_values",
-    "dominates", "estimate_time_to_loss", "explain_choice", "group_measurements", "is_reference", "loss_noise_floor",
-    "measured_groups", "memory_points", "metric_value", "objective_values", "one_run_half_width", "pareto_front",
+    "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "NoiseAwarePruner", "Pooled",
+    "PruningDecision", "RunningTimeToLoss", "Separation", "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning",
+    "choose", "choose_best", "compile_payback", "complete_trials", "config_key", "constraint_values", "dominates",
+    "estimate_time_to_loss", "explain_choice", "group_measurements", "half_width", "is_reference", "loss_noise_floor",
+    "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front", "pooled_sd",
     "running_value", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

@@ -70,13 +70,6 @@ def half_width(
     return max(between, window or 0.0)
 
 
-def one_run_half_width(groups: Iterable[Sequence[float]]) -> float | None:
-    """The relative half-width of one measurement's ~95% interval, ``t(df) · s`` with s pooled over the
-    groups measured more than once (:func:`pooled_sd`); None when no group was."""
-    pooled = pooled_sd(groups)
-    return None if pooled is None else t975(pooled.df) * pooled.sd
-
-
 class Separation(NamedTuple):
     """The winner against the runner-up: ``gain`` is how much better the winner's median is (0.12: 12%),
     ``gain_half_width`` its ~95% half-width (both intervals propagated); ``separated`` when the two

@@ -29,7 +29,41 @@ EXHAUSTIVE_POINTS = 20_000
 _CHUNK = 4096  # points per batched evaluation of the acquisition function
 
 
-class PartialGPSampler(GPSampler):
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run the block with one torch intra-op thread, then restore the count (the tuner may be a user's own
+    launcher, through ``calibrate()``).
+
+    The GP's tensors are small (a few dozen trials; the acquisition function over at most a few thousand
+    points at a time), and with two threads the first operations after a trial's run waited for the sleeping
+    thread pool: on the quickstart's space each elementwise operation of the first acquisition evaluation
+    took ~8 ms instead of microseconds, so every other ask took 0.10-0.13 s instead of 0.02 s. With one
+    thread every ask took 0.016-0.022 s (the same study replayed, benchmarks/README.md section 1)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class OneThreadGPSampler(GPSampler):
+    """Optuna's GPSampler, its fit and search on one torch thread (:func:`one_torch_thread`): the
+    multi-objective default, and the base of :class:`PartialGPSampler`."""
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        with one_torch_thread():
+            return super().sample_relative(study, trial, search_space)
+
+
+class PartialGPSampler(OneThreadGPSampler):
     """Optuna's GPSampler for a single objective, fitted on pruned and failed trials as well, and never
     proposing a configuration the study has already measured or seen fail for a reason that will recur.
 
@@ -102,8 +136,7 @@ class PartialGPSampler(GPSampler):
         else:
             self._names = list(search_space)
             self._taken = {self._point(other.params) for other in others}
-            with one_torch_thread():
-                params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
+            params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
         if (params and not _measured(others, params)) or not search_space:
             return params
         return self._unmeasured(study, trial, search_space, others)
@@ -146,40 +179,6 @@ class PartialGPSampler(GPSampler):
             if not _measured(others, params):
                 return params
         return {}
-
-
-@contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run the block with one torch intra-op thread, then restore the count (the tuner may be a user's own
-    launcher, through ``calibrate()``).
-
-    The GP's tensors are small (a few dozen trials; the acquisition function over at most a few thousand
-    points at a time), and with two threads the first operations after a trial's run waited for the sleeping
-    thread pool: on the quickstart's space each elementwise operation of the first acquisition evaluation
-    took ~8 ms instead of microseconds, so every other ask took 0.10-0.13 s instead of 0.02 s. With one
-    thread every ask took 0.016-0.022 s (the same study replayed, benchmarks/README.md section 1)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-class OneThreadGPSampler(GPSampler):
-    """Optuna's GPSampler (the multi-objective default), its fit and search on one torch thread
-    (:func:`one_torch_thread`)."""
-
-    def sample_relative(
-        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
-        with one_torch_thread():
-            return super().sample_relative(study, trial, search_space)
 
 
 def _fitted_search_space(view: _WithPartial) -> dict[str, BaseDistribution]:

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from rich.console import Console
 
 from autotune.cli._results import print_status
-from autotune.objectives import measured_groups, one_run_half_width
+from autotune.objectives import measured_groups, pooled_sd
 from autotune.search_space import TrialConfig
+from autotune.trial_result import t975
 from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
 from autotune.workload_check import load_spec
 
@@ -33,8 +34,10 @@ def test_status_gives_each_trial_at_least_the_studys_interval_of_one_run(study_d
                    sampler={"name": "grid"}, pruner={"name": "none"},
                    confirm={"top_k": 2, "repeats": 2, "max_repeats": 2})
     summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape)).run(n_trials=3)
-    width = one_run_half_width(g.values for g in measured_groups(summary.study, "throughput_samples_s"))
-    assert width is not None and width > 0.01
+    pooled = pooled_sd(g.values for g in measured_groups(summary.study, "throughput_samples_s"))
+    assert pooled is not None
+    width = t975(pooled.df) * pooled.sd  # the interval of one run
+    assert width > 0.01
     spreads = [t.user_attrs.get("throughput_spread") for t in summary.study.trials]
     assert all(s is not None and s < width for s in spreads)  # each run's windows alone say less
     out = io.StringIO()
