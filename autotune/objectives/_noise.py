@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from autotune.trial_result import t975
@@ -95,6 +96,27 @@ def separation(best: Any, other: Any, direction: str) -> Separation:
     else:
         apart = best.median * (1 + hb) < other.median * (1 - ho)
     return Separation(apart, ratio - 1, width)
+
+
+def could_separate(best: Any, other: Any, direction: str, more: tuple[int, int], df: int | None) -> bool:
+    """Whether ``best``'s and ``other``'s intervals would clear each other after ``more`` further measurements
+    of each (best's, other's), were their medians to stay where they are: each half-width shrinks by
+    √(n / (n + k)) and by t(df + k_best + k_other) / t(df), ``df`` the pooled deviation's degrees of freedom.
+
+    The projection is the optimistic one (the window interval does not shrink by t; the pooled deviation is
+    taken as it is), so a pair is called inseparable only when the runs left could not part them at their
+    present gap. True when it cannot be told (an interval unknown, nothing pooled).
+    """
+    if best.half_width is None or other.half_width is None or df is None:
+        return True
+    added = more[0] + more[1]
+    shrink_t = t975(df + added) / t975(df)
+
+    def projected(group: Any, k: int) -> Any:
+        n = len(group.values)
+        return replace(group, half_width=group.half_width * math.sqrt(n / (n + k)) * shrink_t)
+
+    return separation(projected(best, more[0]), projected(other, more[1]), direction).separated
 
 
 def ratio_half_width(a: Any, b: Any) -> float | None:

@@ -247,8 +247,8 @@ class ConfirmSpec(BaseModel):
     max_repeats: int | None = Field(
         None, ge=1,
         description="the most extra runs of the two leading configurations: after `repeats`, the winner and the "
-        "runner-up are re-run, one each at a time, until their ~95% intervals separate or each has this many; "
-        "null: repeats + 2",
+        "runner-up are re-run, one each at a time, until their ~95% intervals separate, or each has this many, or "
+        "the runs left could not separate them at their present medians (a tie); null: repeats + 2",
     )
 
     @model_validator(mode="after")

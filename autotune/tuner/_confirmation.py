@@ -13,7 +13,7 @@ from typing import Any
 
 import optuna
 
-from autotune.objectives import Group, pareto_front
+from autotune.objectives import Choice, Group, could_separate, pareto_front, pooled_sd
 from autotune.spec import StudySpec
 from autotune.tuner._observer import Observer
 from autotune.tuner._results import chosen, measured_groups
@@ -73,14 +73,15 @@ def confirm(
 
 def more_runs(study: optuna.Study, spec: StudySpec) -> list[Group]:
     """The configurations to re-run once more, none when the choice is sure: the winner and the runner-up
-    while their intervals overlap, the winner while none of its measurements settled (``settled: false``
+    while their intervals overlap and the runs left to them could still part them (:func:`separable`), the
+    winner while none of its measurements settled (``settled: false``
     on every one: a low-confidence number must be re-measured before it wins), and the baseline while its
     far-off first trial is left out and it has no second re-run; each only while it has fewer than
     ``confirm.max_repeats`` confirmation runs."""
     choice = chosen(study, spec)
     most = spec.confirm.most_repeats()
     wanted: list[Group] = []
-    if not choice.separated:
+    if not choice.separated and separable(study, spec, choice):
         wanted += [g for g in (choice.best, choice.runner_up) if g is not None]
     if choice.best is not None and not settled_once(study, choice.best):
         wanted.append(choice.best)
@@ -92,6 +93,24 @@ def more_runs(study: optuna.Study, spec: StudySpec) -> list[Group]:
         if group.config_key not in {g.config_key for g in out} and _confirm_count(study, group.config_key) < most:
             out.append(group)
     return out
+
+
+def separable(study: optuna.Study, spec: StudySpec, choice: Choice) -> bool:
+    """Whether the winner's and the runner-up's intervals could still separate within ``confirm.max_repeats``
+    confirmation runs each, at their present medians (:func:`autotune.objectives.could_separate`). When they
+    could not, more runs would only re-measure a tie: a leader 6% ahead at two runs each, on a study whose
+    runs scatter 8%, needs dozens of runs each to clear its runner-up, not the one or two left; the study
+    stops and reports the tie (the quickstart's confirmation took 31-73 s of 7 runs, 4 of them re-measuring
+    such ties: benchmarks/README.md section 6)."""
+    best, other = choice.best, choice.runner_up
+    if best is None or other is None:
+        return True
+    most = spec.confirm.most_repeats()
+    left = (max(0, most - _confirm_count(study, best.config_key)),
+            max(0, most - _confirm_count(study, other.config_key)))
+    pooled = pooled_sd(g.values for g in measured_groups(study, spec))
+    direction = spec.objectives[0].direction or "maximize"
+    return could_separate(best, other, direction, left, pooled.df if pooled else None)
 
 
 def settled_once(study: optuna.Study, group: Group) -> bool:
@@ -205,6 +224,7 @@ def confirmation_record(study: optuna.Study, spec: StudySpec) -> dict[str, Any]:
         "metric": spec.objectives[0].key,
         "runner_up": choice.runner_up.to_json() if choice.runner_up else None,
         "separated": choice.separated,
+        "separable": choice.separated or separable(study, spec, choice),
         "statement": choice.statement(),
         "speedup_half_width": choice.speedup_half_width,
         "left_out": list(choice.left_out),

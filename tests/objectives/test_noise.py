@@ -9,8 +9,8 @@ import statistics
 import optuna
 import pytest
 
-from autotune.objectives import choose, config_key
-from autotune.objectives._noise import busy_warning, half_width, pooled_sd
+from autotune.objectives import Group, choose, config_key
+from autotune.objectives._noise import busy_warning, could_separate, half_width, pooled_sd
 from autotune.search_space import TrialConfig
 from autotune.trial_result import t975
 
@@ -116,6 +116,29 @@ def test_overlapping_intervals_are_a_tie_within_noise() -> None:
     statement = choice.statement()
     assert statement is not None and statement.startswith("tied within noise with #")
     assert "±" in statement and "best by" not in statement
+
+
+def _group(median: float, n: int, width: float | None) -> Group:
+    return Group(config_key=str(median), config={}, trials=tuple(range(n)), values=(median,) * n, median=median,
+                 spread=0.0, peak_memory_mb=None, loss=None, half_width=width)
+
+
+def test_leaders_are_separable_only_when_the_runs_left_could_part_them_at_their_medians() -> None:
+    # Two runs each, df 4 pooled, +-16% each: 6% apart needs far more than two more runs each; 30% apart does not.
+    close, far, other = _group(1060.0, 2, 0.16), _group(1300.0, 2, 0.16), _group(1000.0, 2, 0.16)
+    assert not could_separate(close, other, "maximize", (2, 2), 4)
+    assert could_separate(far, other, "maximize", (2, 2), 4)
+    assert not could_separate(far, other, "maximize", (0, 0), 4)  # no runs left: only what is measured counts
+    # The projection: each half-width times sqrt(n / (n + k)) and t(df + k_total) / t(df).
+    shrunk = 0.16 * math.sqrt(2 / 4) * t975(8) / t975(4)
+    gap = (1 + shrunk) / (1 - shrunk)  # the ratio at which the projected intervals just touch
+    assert could_separate(_group(1000.0 * gap * 1.01, 2, 0.16), other, "maximize", (2, 2), 4)
+    assert not could_separate(_group(1000.0 * gap * 0.99, 2, 0.16), other, "maximize", (2, 2), 4)
+    # Minimizing: the lower median leads.
+    assert could_separate(_group(700.0, 2, 0.16), other, "minimize", (2, 2), 4)
+    # Unknown intervals or nothing pooled: it cannot be told, so the runs go on.
+    assert could_separate(close, _group(1000.0, 1, None), "maximize", (2, 2), 4)
+    assert could_separate(close, other, "maximize", (2, 2), None)
 
 
 def test_once_measured_configurations_cannot_be_told_apart() -> None:

@@ -1,6 +1,6 @@
 """The confirmation stage through the real Tuner (a replayed landscape): it repeats the leading
-configurations until the winner's interval separates from the runner-up's or ``confirm.max_repeats`` is
-spent, and re-measures a first trial that read far below its re-run."""
+configurations until the winner's interval separates from the runner-up's, ``confirm.max_repeats`` is
+spent or the runs left could not separate them, and re-measures a first trial that read far below its re-run."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def _confirm_runs(study: optuna.Study) -> Counter[int]:
                    if t.user_attrs.get("role") == "confirm")
 
 
-def test_overlapping_leaders_are_rerun_until_max_repeats_then_called_a_tie(
+def test_leaders_that_max_repeats_could_not_separate_are_called_a_tie_without_more_runs(
     study_dir: Callable[..., StudyDir],
 ) -> None:
-    # 32 (the baseline) and 64 alternate +-15% around 1000 and 1030: they never separate.
+    # 32 (the baseline) and 64 alternate +-15% around 1000 and 1030: 3% apart, runs scattering ~20%: two more
+    # runs each could not part them, so the confirmation stops after its first round.
     def landscape(config: TrialConfig, repeat: int) -> Measured:
         centre = {16: 600.0, 32: 1000.0, 64: 1030.0}[config.batch_size]
         return Measured(centre * (1.15 if repeat % 2 else 0.85))
@@ -41,10 +42,30 @@ def test_overlapping_leaders_are_rerun_until_max_repeats_then_called_a_tie(
                    pruner={"name": "none"}, confirm={"top_k": 2, "repeats": 1, "max_repeats": 3})
     summary = _run(sd, landscape)
     runs = _confirm_runs(summary.study)
-    assert runs[32] == 3 and runs[64] == 3  # the two leaders, to max_repeats
+    assert runs[32] == 1 and runs[64] == 1  # `repeats` only: the re-runs left could not separate them
     assert runs[16] == 0  # not among the top_k
     record = summary.study.user_attrs["autotune_confirmation"]
-    assert record["separated"] is False and record["statement"].startswith("tied within noise with #")
+    assert record["separated"] is False and record["separable"] is False
+    assert record["statement"].startswith("tied within noise with #")
+
+
+def test_overlapping_leaders_that_could_still_separate_are_rerun_until_they_do(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # 64 is 40% ahead of 32 (the baseline), their runs scatter -12%, 0, +12% in turn: after one confirmation
+    # run each the intervals overlap, but the re-runs left could part them, and do.
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        centre = {16: 600.0, 32: 1000.0, 64: 1400.0}[config.batch_size]
+        return Measured(centre * (0.88, 1.0, 1.12)[repeat % 3])
+
+    sd = study_dir("noisy-parting", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
+                   pruner={"name": "none"}, confirm={"top_k": 1, "repeats": 1, "max_repeats": 6})
+    summary = _run(sd, landscape)
+    runs = _confirm_runs(summary.study)
+    assert runs[64] > 1 and runs[32] > 1 and runs[64] < 6  # re-run past `repeats`, stopped once apart
+    record = summary.study.user_attrs["autotune_confirmation"]
+    assert record["separated"] is True and record["separable"] is True
+    assert record["statement"].startswith("best by ")
 
 
 def test_separated_leaders_stop_at_repeats_and_say_best_by(study_dir: Callable[..., StudyDir]) -> None:
