@@ -100,8 +100,9 @@ def separable(study: optuna.Study, spec: StudySpec, choice: Choice) -> bool:
     confirmation runs each, at their present medians (:func:`autotune.objectives.could_separate`). When they
     could not, more runs would only re-measure a tie: a leader 6% ahead at two runs each, on a study whose
     runs scatter 8%, needs dozens of runs each to clear its runner-up, not the one or two left; the study
-    stops and reports the tie (the quickstart's confirmation took 31-73 s of 7 runs, 4 of them re-measuring
-    such ties: benchmarks/README.md section 6)."""
+    stops and reports the tie. In benchmarks/peer_ray.py's quickstart studies the confirmation took 7 runs
+    (31-40 s), 4 of them re-measuring such a tie; with this, 3-4 runs (18-22 s) and the same tie
+    (benchmarks/README.md section 6)."""
     best, other = choice.best, choice.runner_up
     if best is None or other is None:
         return True
