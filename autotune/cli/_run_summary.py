@@ -138,7 +138,10 @@ def noise_lines(summary: Any) -> list[str]:
 
     lines = []
     if summary.statement and summary.best is not None:
-        lines.append(f"trial #{summary.best_trial}: {summary.statement}")
+        record = summary.study.user_attrs.get("autotune_confirmation") or {}
+        stopped = record.get("separable") is False and not record.get("separated")
+        lines.append(f"trial #{summary.best_trial}: {summary.statement}"
+                     + ("; more re-runs, up to confirm.max_repeats, could not have separated them" if stopped else ""))
     if summary.left_out:
         numbers = ", ".join(f"#{n}" for n in summary.left_out)
         lines.append(f"trial {numbers} (the baseline's first run) read more than {FIRST_TRIAL_FAR_OFF:.0%} below its "

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import optuna
 
+from autotune.cli._run_summary import noise_lines
 from autotune.search_space import TrialConfig
 from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, replay_runner
 from autotune.workload_check import load_spec
@@ -47,6 +48,8 @@ def test_leaders_that_max_repeats_could_not_separate_are_called_a_tie_without_mo
     record = summary.study.user_attrs["autotune_confirmation"]
     assert record["separated"] is False and record["separable"] is False
     assert record["statement"].startswith("tied within noise with #")
+    assert any(line.endswith("more re-runs, up to confirm.max_repeats, could not have separated them")
+               for line in noise_lines(summary))
 
 
 def test_overlapping_leaders_that_could_still_separate_are_rerun_until_they_do(
@@ -66,6 +69,7 @@ def test_overlapping_leaders_that_could_still_separate_are_rerun_until_they_do(
     record = summary.study.user_attrs["autotune_confirmation"]
     assert record["separated"] is True and record["separable"] is True
     assert record["statement"].startswith("best by ")
+    assert not any("could not have separated" in line for line in noise_lines(summary))
 
 
 def test_separated_leaders_stop_at_repeats_and_say_best_by(study_dir: Callable[..., StudyDir]) -> None:
