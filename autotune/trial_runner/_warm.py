@@ -199,6 +199,15 @@ class WarmLauncher(MachineLauncher):
         zygote, self._zygote = self._zygote, None
         if zygote is None:
             return
+        if not self._ready:
+            # Never asked to fork (the study failed to open, the run ended before its first trial): it may
+            # still be importing torch, which closing its stdin would wait out (2.5 s of a refused storage's
+            # 5 s error). It has started nothing: end it now.
+            with contextlib.suppress(OSError):
+                os.killpg(zygote.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                zygote.wait(timeout=5)
+            return
         try:
             if zygote.stdin is not None:
                 zygote.stdin.close()

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from autotune.search_space import TrialConfig
@@ -174,6 +175,22 @@ def test_a_tuner_killed_with_sigkill_takes_its_trial_along(kind: str, tmp_path: 
         if tuner.poll() is None:
             tuner.kill()
             tuner.wait(timeout=10)
+
+
+def test_a_launcher_closed_before_its_first_launch_ends_the_importing_zygote_at_once() -> None:
+    # A study that fails to open (a refused storage) closes the launcher while its zygote still imports
+    # torch: it is killed, not waited for (closing its stdin would wait out the imports), and leaves nothing.
+    plan = TrialPlan(
+        config=TrialConfig.create(base_lr=1e-3, base_batch_size=8, batch_size=8), entrypoint="faulty.py:build",
+        base_dir=str(HERE), limits=TrialLimits(warmup_steps=1, max_steps=4, max_seconds=60),
+    )
+    launcher = WarmLauncher()
+    launcher.prepare(plan)
+    zygote = launcher._zygote
+    assert zygote is not None and not launcher._ready
+    launcher.close()
+    assert zygote.returncode == -signal.SIGKILL  # ended, not left to finish its imports and exit 0
+    assert not psutil.pid_exists(zygote.pid) or psutil.Process(zygote.pid).status() == psutil.STATUS_ZOMBIE
 
 
 def test_prepare_starts_the_zygote_without_waiting_for_it(tmp_path: Path) -> None:
