@@ -139,7 +139,7 @@ def noise_lines(summary: Any) -> list[str]:
     lines = []
     if summary.statement and summary.best is not None:
         record = summary.study.user_attrs.get("autotune_confirmation") or {}
-        stopped = record.get("separable") is False and not record.get("separated")
+        stopped = record.get("separable") is False  # the record's separable is true whenever separated is
         lines.append(f"trial #{summary.best_trial}: {summary.statement}"
                      + ("; more re-runs, up to confirm.max_repeats, could not have separated them" if stopped else ""))
     if summary.left_out:

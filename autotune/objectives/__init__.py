@@ -49,8 +49,7 @@ __all__ = [
     "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "NoiseAwarePruner", "Pooled",
     "PruningDecision", "RunningTimeToLoss", "Separation", "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning",
     "choose", "choose_best", "compile_payback", "complete_trials", "config_key", "constraint_values", "could_separate",
-    "dominates",
-    "estimate_time_to_loss", "explain_choice", "group_measurements", "half_width", "is_reference", "loss_noise_floor",
-    "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front", "pooled_sd",
-    "running_value", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "dominates", "estimate_time_to_loss", "explain_choice", "group_measurements", "half_width", "is_reference",
+    "loss_noise_floor", "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front",
+    "pooled_sd", "running_value", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]
