@@ -6,8 +6,11 @@ storage and pruner, no training) from a synthetic landscape, is grown with rando
 study, after a first ask, recorded apart, that fits its GP from scratch) asks ``--asks`` more trials, each told
 its landscape value before the next: the ask time is ``study.ask()`` plus the suggestion of every knob (the GP
 fits and searches its acquisition function there), timed for the GP as it is past ``GP_MAX_TRIALS`` (where
-the default hands over to TPE) and for the default. Then ``autotune report`` builds the 500-trial study's HTML
-page, ``--report-repeats`` times: its build time and size. PostgreSQL workers: benchmarks/pg_workers.py.
+the default hands over to TPE), for the same GP searching its acquisition function with Optuna's own
+search (the code before the batched coordinate search), and for the default, interleaved. Then the search
+quality of the two acquisition searches: ``--quality-seeds`` GP studies of 30 trials each on the landscape,
+the best found after 10, 20 and 30 trials. Last, ``autotune report`` builds the 500-trial study's HTML page,
+``--report-repeats`` times: its build time and size. PostgreSQL workers: benchmarks/pg_workers.py.
 
 The 5% reference is a quickstart trial's wall time (benchmarks/landscape.json's median, measured on a quiet
 machine), the shortest trial a user runs.
@@ -90,18 +93,64 @@ def grow(spec_random: Any, size: int) -> None:
     Tuner(spec_random, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=size)
 
 
-def samplers(spec: Any) -> dict[str, Any]:
-    """The two arms, each one sampler kept across its asks as a study keeps it (the GP's kernel fit starts
-    from the last ask's parameters): the GP without the hand-over, and the default."""
+def samplers(spec: Any, kinds_only: bool = False) -> dict[str, Any]:
+    """The arms, each one sampler kept across its asks as a study keeps it (the GP's kernel fit starts from the
+    last ask's parameters): the GP without the hand-over, the same GP searching its acquisition function with
+    Optuna's own search (what it did before the batched coordinate search, 2026-12-02), and the default."""
     import optuna
+    from optuna.samplers import GPSampler
 
     from autotune.tuner import GP_MAX_TRIALS, PartialGPSampler, make_storage
+    from autotune.tuner._gp import _grid
 
-    def load(max_trials: int | None) -> Any:
-        sampler = PartialGPSampler(seed=0, n_startup_trials=3, warn_independent_sampling=False, max_trials=max_trials)
+    class OptunaSearchGP(PartialGPSampler):
+        def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
+            if _grid(acqf.search_space) is None:
+                return GPSampler._optimize_acqf(self, acqf, best_params)
+            return super()._optimize_acqf(acqf, best_params)
+
+    if kinds_only:
+        return {"gp": PartialGPSampler, "gp_optuna_search": OptunaSearchGP}
+
+    def load(max_trials: int | None, kind: type = PartialGPSampler) -> Any:
+        sampler = kind(seed=0, n_startup_trials=3, warn_independent_sampling=False, max_trials=max_trials)
         return optuna.load_study(study_name=spec.name, storage=make_storage(spec.storage_url()), sampler=sampler)
 
-    return {"gp": load(None), "default": load(GP_MAX_TRIALS)}
+    return {"gp": load(None), "gp_optuna_search": load(None, OptunaSearchGP), "default": load(GP_MAX_TRIALS)}
+
+
+def search_quality(spec: Any, seeds: int, trials: int) -> dict[str, Any]:
+    """The GP with each acquisition search (the batched coordinate search, Optuna's own), ``seeds`` studies of
+    ``trials`` trials each on the synthetic landscape (in memory, one reading per configuration): the best
+    value found after 10, 20 and ``trials`` trials over the best any study found (medians over seeds), and the
+    studies' wall time (the sampler's asks nearly all of it)."""
+    import optuna
+
+    from autotune.search_space import study_space
+
+    space = study_space(spec)
+    arms = samplers(spec, kinds_only=True)
+    curves: dict[str, list[list[float]]] = {arm: [] for arm in arms}
+    seconds = dict.fromkeys(arms, 0.0)
+    for seed in range(seeds):
+        for arm, kind in arms.items():  # interleaved
+            study = optuna.create_study(direction="maximize", sampler=kind(seed=seed, n_startup_trials=3))
+            best: list[float] = []
+            started = time.perf_counter()
+            for _ in range(trials):
+                trial = study.ask()
+                value = landscape(space.suggest(trial), 0).throughput_samples_s
+                study.tell(trial, value)
+                best.append(max(best[-1], value) if best else value)
+            seconds[arm] += time.perf_counter() - started
+            curves[arm].append(best)
+    top = max(curve[-1] for arm_curves in curves.values() for curve in arm_curves)
+    return {
+        arm: {f"best_after_{n}": median([curve[n - 1] / top for curve in arm_curves])
+              for n in sorted({10, 20, trials}) if n <= trials}
+        | {"final_per_seed": [round(curve[-1] / top, 4) for curve in arm_curves], "wall_s": round(seconds[arm], 1)}
+        for arm, arm_curves in curves.items()
+    }
 
 
 def time_ask(spec: Any, study: Any, seen: int) -> float:
@@ -145,6 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="study sizes (default 50 100 200 500)")
     parser.add_argument("--asks", type=int, help="asks timed per size and sampler (default 3)")
     parser.add_argument("--report-repeats", type=int, help="report builds (default 2)")
+    parser.add_argument("--quality-seeds", type=int, help="studies per acquisition search in the search-quality "
+                        "check (default 8; 0 skips it)")
     args = parser.parse_args(argv)
     sizes = args.sizes or ([20, 40] if args.quick else [50, 100, 200, 500])
     asks = args.asks or (1 if args.quick else 3)
@@ -169,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         with stage(f"growing the study to {size} trials (random search, replayed)"):
             grow(spec_random, size)
         loads = []
-        timed: dict[str, list[float]] = {"gp": [], "default": []}
+        timed: dict[str, list[float]] = {"gp": [], "gp_optuna_search": [], "default": []}
         arms = samplers(spec)
         # each arm's first ask fits its GP from scratch (a study pays that once): recorded, not in the median
         first = {arm: time_ask(spec, study, -1) for arm, study in arms.items()}
@@ -181,18 +232,28 @@ def main(argv: list[str] | None = None) -> None:
             "trials": size,
             "gp_ask_s": median(timed["gp"]),
             "gp_ask_s_all": [round(s, 3) for s in timed["gp"]],
+            "gp_optuna_search_ask_s": median(timed["gp_optuna_search"]),
+            "gp_optuna_search_ask_s_all": [round(s, 3) for s in timed["gp_optuna_search"]],
             "default_ask_s": median(timed["default"]),
             "default_ask_s_all": [round(s, 3) for s in timed["default"]],
             "first_ask_s": {arm: round(value, 3) for arm, value in first.items()},
             "default_is": "gp" if size < GP_MAX_TRIALS else "tpe",
             "load_avg_1m": loads,
         }
-        for arm in ("gp", "default"):
+        for arm in ("gp", "gp_optuna_search", "default"):
             value = row[f"{arm}_ask_s"]
             row[f"{arm}_share_of_trial"] = None if reference is None or value is None else round(value / reference, 4)
-        console.print(f"  {size} trials: gp {row['gp_ask_s']:.3f} s, default ({row['default_is']}) "
+        console.print(f"  {size} trials: gp {row['gp_ask_s']:.3f} s (with Optuna's search "
+                      f"{row['gp_optuna_search_ask_s']:.3f} s), default ({row['default_is']}) "
                       f"{row['default_ask_s']:.3f} s per ask (load {loads})")
         rows.append(row)
+    quality_seeds = 2 if args.quick and args.quality_seeds is None else (
+        8 if args.quality_seeds is None else args.quality_seeds)
+    quality_trials = 15 if args.quick else 30
+    quality: dict[str, Any] = {}
+    if quality_seeds:
+        with stage(f"search quality: {quality_seeds} seeds x {quality_trials} trials per acquisition search"):
+            quality = search_quality(spec, quality_seeds, quality_trials)
     reports = []
     with stage(f"autotune report on the {sizes[-1]}-trial study, {report_repeats} build(s)"):
         for i in range(report_repeats):
@@ -202,19 +263,26 @@ def main(argv: list[str] | None = None) -> None:
 
     print_table(
         f"Ask time of the default sampler, every knob searched ({len(SPACE)} knobs), replayed study",
-        ["trials", "GP ask s", "GP / trial", "default", "default ask s", "default / trial", "load"],
-        [[r["trials"], r["gp_ask_s"], pct(r["gp_share_of_trial"]), r["default_is"], r["default_ask_s"],
-          pct(r["default_share_of_trial"]), r["load_avg_1m"]] for r in rows],
+        ["trials", "GP ask s", "GP / trial", "with Optuna's search s", "default", "default ask s", "default / trial",
+         "load"],
+        [[r["trials"], r["gp_ask_s"], pct(r["gp_share_of_trial"]), r["gp_optuna_search_ask_s"], r["default_is"],
+          r["default_ask_s"], pct(r["default_share_of_trial"]), r["load_avg_1m"]] for r in rows],
         caption=machine_caption(machine) + (f"; a trial: {reference:.2f} s (landscape.json median)" if reference
                                             else ""),
     )
+    if quality:
+        columns = [key for key in quality["gp"] if key.startswith("best_after_")]
+        print_table(f"Search quality, {quality_seeds} seeds x {quality_trials} trials (of the best found, medians)",
+                    ["acquisition search", *[c.replace("best_after_", "best after ") for c in columns], "wall s"],
+                    [[arm, *[pct(result[c]) for c in columns], result["wall_s"]] for arm, result in quality.items()])
     print_table(f"autotune report at {report['trials']} trials", ["build s", "HTML MB"],
                 [[report["build_s"], report["size_mb"]]])
     write_json(out, "scale",
                {"quick": args.quick, "sizes": sizes, "asks": asks, "report_repeats": report_repeats,
+                "quality_seeds": quality_seeds, "quality_trials": quality_trials,
                 "knobs": sorted(SPACE), "trial": TRIAL, "gp_max_trials": GP_MAX_TRIALS,
                 "trial_reference_s": reference, "share_target": SHARE_TARGET},
-               {"ask": rows, "report": report}, machine, started)
+               {"ask": rows, "report": report, "search_quality": quality}, machine, started)
 
 
 if __name__ == "__main__":
