@@ -101,11 +101,11 @@ def samplers(spec: Any, kinds_only: bool = False) -> dict[str, Any]:
     from optuna.samplers import GPSampler
 
     from autotune.tuner import GP_MAX_TRIALS, PartialGPSampler, make_storage
-    from autotune.tuner._gp import _grid
+    from autotune.tuner._acquisition import grid_of
 
     class OptunaSearchGP(PartialGPSampler):
         def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
-            if _grid(acqf.search_space) is None:
+            if grid_of(acqf.search_space) is None:
                 return GPSampler._optimize_acqf(self, acqf, best_params)
             return super()._optimize_acqf(acqf, best_params)
 

@@ -244,7 +244,7 @@ def test_a_small_discrete_space_gets_the_acquisitions_best_unmeasured_point(monk
     """Every point of the space (241 x 3 x 2 x 2) is scored: each proposal after the start-up trials is the
     acquisition function's maximum over the points not yet measured, never a random draw and never
     Optuna's sampled search."""
-    from autotune.tuner import _gp
+    from autotune.tuner import _acquisition
 
     def not_sampled(self: object, acqf: object, best: object) -> None:
         raise AssertionError("Optuna's sampled acquisition search ran on a small discrete space")
@@ -255,7 +255,7 @@ def test_a_small_discrete_space_gets_the_acquisitions_best_unmeasured_point(monk
 
     def spy(self: PartialGPSampler, acqf: object, best: object) -> object:
         point = exhaustive(self, acqf, best)
-        grid = _gp._grid(acqf.search_space)  # type: ignore[attr-defined]
+        grid = _acquisition.grid_of(acqf.search_space)  # type: ignore[attr-defined]
         assert grid is not None and len(grid) == 241 * 3 * 2 * 2
         values = acqf.eval_acqf_no_grad(grid)  # type: ignore[attr-defined]
         open_ = [v for row, v in zip(grid, values, strict=True)
@@ -306,11 +306,11 @@ def test_a_space_with_a_continuous_knob_keeps_optunas_acquisition_search(monkeyp
     assert calls == 3
     from optuna._gp.search_space import SearchSpace
 
-    from autotune.tuner._gp import EXHAUSTIVE_POINTS, _grid
+    from autotune.tuner._acquisition import EXHAUSTIVE_POINTS, grid_of
 
-    assert _grid(SearchSpace(space)) is None and _grid(SearchSpace(_DISCRETE)) is not None
+    assert grid_of(SearchSpace(space)) is None and grid_of(SearchSpace(_DISCRETE)) is not None
     big = {f"k{i}": optuna.distributions.IntDistribution(0, 9) for i in range(5)}  # 100,000 points
-    assert EXHAUSTIVE_POINTS < 10**5 and _grid(SearchSpace(big)) is None
+    assert EXHAUSTIVE_POINTS < 10**5 and grid_of(SearchSpace(big)) is None
 
 
 _LARGE = {  # 241 x 3 x 2 x 2 x 10**3 x 4 x 2 = 23 million points: past EXHAUSTIVE_POINTS, every knob discrete
@@ -331,9 +331,9 @@ def test_a_large_discrete_space_is_climbed_in_batches_to_optunas_optimum(monkeyp
     own search reaches, with a small fraction of its evaluation calls, and proposes an unmeasured point."""
     from optuna._gp.search_space import SearchSpace
 
-    from autotune.tuner import _gp
+    from autotune.tuner import _acquisition
 
-    assert _gp._grid(SearchSpace(_LARGE)) is None and _gp._all_discrete(SearchSpace(_LARGE))
+    assert _acquisition.grid_of(SearchSpace(_LARGE)) is None and _acquisition.all_discrete(SearchSpace(_LARGE))
     compared: list[tuple[float, float, int, int]] = []  # ours, Optuna's, and each one's evaluation calls
     ours = PartialGPSampler._optimize_acqf
 
@@ -374,7 +374,7 @@ def test_a_large_discrete_space_is_climbed_in_batches_to_optunas_optimum(monkeyp
 def test_a_climb_tries_every_value_of_a_short_knob_and_powers_of_two_steps_of_a_long_one() -> None:
     import numpy as np
 
-    from autotune.tuner._gp import _neighbours
+    from autotune.tuner._acquisition import _neighbours
 
     short, long = np.linspace(0, 1, 4), np.linspace(0, 1, 241)
     x = np.array([short[1], long[100]])

@@ -15,20 +15,13 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.tuner._acquisition import all_discrete, coordinate_search, evaluate, grid_of
 from autotune.tuner._writes import CONSTRAINTS_PREFIX
 
 __all__ = ["GP_MAX_TRIALS", "OneThreadGPSampler", "PartialGPSampler", "preload_gp"]
 
 #: Finished trials past which the default sampler hands over to TPE (docs/reference.md, benchmarks/scale.py).
 GP_MAX_TRIALS = 100
-#: A search space of discrete knobs with at most this many points has its acquisition function evaluated at
-#: every point instead of Optuna's sampled-and-refined search (2,048 points, then 10 local searches: most of
-#: an ask), and the best point not yet measured is proposed. On the quickstart this took the ask from 0.79 s
-#: to 0.18 s (benchmarks/README.md, section 1).
-EXHAUSTIVE_POINTS = 20_000
-_CHUNK = 4096  # points per batched evaluation of the acquisition function
-_ALL_VALUES = 16  # a knob of up to this many values has each one tried at every step of a climb (Optuna's limit too)
-_CLIMB_STEPS = 100  # a coordinate search's steps at most (each moves every start that can improve by one knob)
 
 
 @contextlib.contextmanager
@@ -86,8 +79,8 @@ class PartialGPSampler(OneThreadGPSampler):
     On a space of discrete knobs (choices, integer ranges) of up to ``EXHAUSTIVE_POINTS`` points, the
     acquisition function is evaluated at every point, and the trial gets the best one not yet measured:
     exact where Optuna's search samples, and never spent on a repeat. On a larger discrete space Optuna's
-    search runs batched (:meth:`_coordinate_search`), and the trial gets the best point it scored that is
-    not yet measured.
+    search runs batched (:func:`~autotune.tuner._acquisition.coordinate_search`), and the trial gets the best
+    point it scored that is not yet measured.
 
     Past ``max_trials`` finished trials (``GP_MAX_TRIALS``, 100) the fit and the acquisition search cost a second
     per trial and grow with every trial, so the sampler hands over to TPE (multivariate, grouped, constant liar:
@@ -153,11 +146,13 @@ class PartialGPSampler(OneThreadGPSampler):
         by a batched coordinate search on a larger discrete one; otherwise (a continuous knob, or when every
         point found is measured) Optuna's search."""
         space = acqf.search_space
-        grid = _grid(space)
+        grid = grid_of(space)
         if grid is not None:
-            points, values = grid, _evaluate(acqf, grid)
-        elif _all_discrete(space):
-            points, values = self._coordinate_search(acqf, best_params)
+            points, values = grid, evaluate(acqf, grid)
+        elif all_discrete(space):
+            points, values = coordinate_search(
+                acqf, best_params, self._rng.rng, samples=self._n_preliminary_samples, starts=self._n_local_search
+            )
         else:
             return np.asarray(super()._optimize_acqf(acqf, best_params))
         seen: set[bytes] = set()
@@ -169,46 +164,6 @@ class PartialGPSampler(OneThreadGPSampler):
             if self._point(space.get_unnormalized_param(points[index])) not in self._taken:
                 return np.asarray(points[index])
         return np.asarray(super()._optimize_acqf(acqf, best_params))
-
-    def _coordinate_search(self, acqf: Any, best_params: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Every point the search evaluated and its value, on a space of discrete knobs too large to evaluate
-        whole (the 14 CPU knobs: 46 million points).
-
-        The same search as Optuna's for such a space: ``n_preliminary_samples`` quasi-random points, the best
-        of them, the incumbents (``best_params``) and points drawn by Optuna's roulette as ``n_local_search``
-        starts, each climbed one knob at a time until no single knob's change improves it. Optuna climbs each
-        start knob by knob, an evaluation of a few points per call (a line search on an integer knob of more
-        than 16 values), about 560 calls an ask at 50 trials of 14 knobs: 0.47 of the ask's 0.50 s
-        (benchmarks/README.md, section 10). Here every start's one-knob neighbours (:func:`_neighbours`) are one
-        batched evaluation per step."""
-        space = acqf.search_space
-        rng = self._rng.rng
-        sampled = space.sample_normalized_params(self._n_preliminary_samples, rng=rng)
-        sampled_values = _evaluate(acqf, sampled)
-        starts = _starts(sampled, sampled_values, best_params, self._n_local_search, rng)
-        choices = space.get_choices_of_discrete_params()  # one array per dimension: every dimension is discrete
-        points, values = [sampled, starts], [sampled_values]
-        xs, fs = starts.copy(), _evaluate(acqf, starts)
-        values.append(fs)
-        fs = fs.copy()
-        climbing = np.arange(len(xs))
-        for _ in range(_CLIMB_STEPS):
-            neighbours = [_neighbours(x, choices) for x in xs[climbing]]
-            flat = np.concatenate(neighbours)
-            scores = _evaluate(acqf, flat)
-            points.append(flat)
-            values.append(scores)
-            moved = []
-            per_start = np.split(scores, np.cumsum([len(n) for n in neighbours])[:-1])
-            for start, own, own_scores in zip(climbing, neighbours, per_start, strict=True):
-                best = int(np.argmax(own_scores))
-                if own_scores[best] > fs[start]:
-                    xs[start], fs[start] = own[best], own_scores[best]
-                    moved.append(start)
-            climbing = np.asarray(moved, dtype=int)
-            if not climbing.size:
-                break
-        return np.concatenate(points), np.concatenate(values)
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
@@ -282,62 +237,6 @@ def _measured(others: list[FrozenTrial], params: dict[str, Any]) -> bool:
         all(name in other.params and other.params[name] == value for name, value in params.items())
         for other in others
     )
-
-
-def _evaluate(acqf: Any, points: np.ndarray) -> np.ndarray:
-    """The acquisition function at ``points`` (rows), in batches of ``_CHUNK``."""
-    return np.concatenate([
-        np.asarray(acqf.eval_acqf_no_grad(points[i:i + _CHUNK])).reshape(-1) for i in range(0, len(points), _CHUNK)
-    ] or [np.empty(0)])
-
-
-def _starts(
-    sampled: np.ndarray, values: np.ndarray, best_params: np.ndarray | None, count: int, rng: np.random.RandomState
-) -> np.ndarray:
-    """The coordinate search's starting points, chosen as Optuna's ``optimize_acqf_mixed`` chooses its local
-    searches': the best sampled point, the incumbents, and sampled points drawn with probability
-    ``exp(value - best)``."""
-    incumbents = np.empty((0, sampled.shape[1])) if best_params is None else best_params
-    top = int(np.argmax(values))
-    weights = np.exp(values - values[top])
-    weights[top] = 0.0
-    total = weights.sum()
-    extra = min(count - len(incumbents) - 1, int(np.count_nonzero(weights > 0)))
-    chosen = [top]
-    if extra > 0:
-        chosen += list(rng.choice(len(sampled), size=extra, replace=False, p=weights / total))
-    return np.vstack([sampled[chosen], incumbents])
-
-
-def _neighbours(x: np.ndarray, choices: list[np.ndarray]) -> np.ndarray:
-    """The points one knob away from ``x`` (normalized): every value of a knob of up to ``_ALL_VALUES`` values,
-    and of a longer integer range the values 1, 2, 4, 8, ... steps away on either side, which a climb follows
-    to the range's best value in a few steps (Optuna searches such a knob by a line search)."""
-    rows = []
-    for dim, values in enumerate(choices):
-        if len(values) > _ALL_VALUES:
-            at = int(np.argmin(np.abs(values - x[dim])))
-            steps = 2 ** np.arange(int(np.log2(len(values))) + 1)
-            values = values[np.unique(np.clip(np.concatenate([at - steps, at + steps]), 0, len(values) - 1))]
-        block = np.repeat(x[None, :], len(values), axis=0)
-        block[:, dim] = values
-        rows.append(block)
-    return np.concatenate(rows)
-
-
-def _all_discrete(space: Any) -> bool:
-    return bool(space.dim) and not len(space.continuous_indices)
-
-
-def _grid(space: Any) -> np.ndarray | None:
-    """Every point of a GP search space (normalized, one row each) when all its dimensions are discrete and
-    there are at most ``EXHAUSTIVE_POINTS``; None otherwise."""
-    if space.dim == 0 or len(space.continuous_indices) or len(space.discrete_indices) != space.dim:
-        return None
-    choices = space.get_choices_of_discrete_params()  # in dimension order: every dimension is discrete
-    if math.prod(len(c) for c in choices) > EXHAUSTIVE_POINTS:
-        return None
-    return np.stack(np.meshgrid(*choices, indexing="ij"), axis=-1).reshape(-1, space.dim)
 
 
 class _WithPartial:
