@@ -132,8 +132,9 @@ def _speedup_interval(summary: Any) -> str:
 
 def noise_lines(summary: Any) -> list[str]:
     """What the measurements' noise says about the choice, a line each: the winner against the runner-up
-    (``best by ...``/``tied within noise with ...``), the baseline's left-out first trial, and the trials
-    measured on a busy machine. `autotune run` and `autotune status` print them."""
+    (``best by ...``/``tied within noise with ...``), the baseline's left-out first trial, the trials
+    measured on a busy machine; and how the study searched, where it changed: the trials TPE proposed past
+    the GP's hand-over. `autotune run` and `autotune status` print them."""
     from autotune.objectives import FIRST_TRIAL_FAR_OFF, busy_warning
 
     lines = []
@@ -152,6 +153,10 @@ def noise_lines(summary: Any) -> list[str]:
     if summary.best is not None and _settled_of(summary.study, summary.best) == [False] * len(summary.best.trials):
         lines.append(f"trial #{summary.best_trial}: low confidence — its warm-up never settled within a trial "
                      "(settled: false on every run); raise trial.max_steps or trial.settle_tolerance")
+    by_tpe = [t.number for t in summary.study.get_trials(deepcopy=False) if t.user_attrs.get("sampler") == "tpe"]
+    if by_tpe:
+        lines.append(f"trials #{by_tpe[0]}-#{by_tpe[-1]} ({len(by_tpe)}) were proposed by TPE: the GP's ask grows with "
+                     "every trial, and past its trial limit the default sampler hands over (docs/reference.md)")
     return lines
 
 

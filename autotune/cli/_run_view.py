@@ -55,6 +55,9 @@ class RunView(Observer):
     def warm_started(self, line: str) -> None:
         self.console.print(escape(line), highlight=False, soft_wrap=True)
 
+    def note(self, line: str) -> None:
+        self.console.print(escape(line), highlight=False, soft_wrap=True)
+
     def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
         label = {"baseline": "baseline", "confirm": "confirm"}.get(role, f"trial {self._of()}")
         self.current = f"#{number} {label}: {config.short()}"

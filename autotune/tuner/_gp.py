@@ -113,6 +113,10 @@ class PartialGPSampler(OneThreadGPSampler):
         self._by_tpe.add(trial.number)
         return True
 
+    def sampler_of(self, number: int) -> str:
+        """Which sampler proposed trial ``number`` (asked of this sampler): ``tpe`` past the hand-over, else ``gp``."""
+        return "tpe" if number in self._by_tpe else "gp"
+
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self._hand_over(study, trial):
             return self._tpe.infer_relative_search_space(study, trial)

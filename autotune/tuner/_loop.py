@@ -85,6 +85,7 @@ class Tuner:
         self.clock = clock
         self.identity = worker_identity()
         self._artifacts = TrialArtifacts(spec)
+        self._handed_over = False  # the GP's hand-over to TPE was said in this run
 
     # -- public ---------------------------------------------------------------------------------------
     def open(self) -> optuna.Study:
@@ -222,17 +223,19 @@ class Tuner:
         prepared = time.time()
         trial = trial or ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
+        sampler = None  # the sampler that proposed the configuration, recorded on the trials it proposed
         if ("config" in trial.user_attrs and role != ROLE_SEARCH) or "retry_of" in trial.user_attrs:
             config = TrialConfig.model_validate(trial.user_attrs["config"])
             self._record_params(trial, config)
         else:
             with traced("suggest", trial=trial.number):  # the sampler's fit and search, a commit per knob
                 config = self.space.suggest(trial)
+            if "warm_start" not in trial.user_attrs:  # an earlier study's best, queued: not the sampler's
+                sampler = self._sampler_of(study, trial.number)
         key = config_key(config.model_dump())
+        attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity}
         with traced("config_attrs", trial=trial.number):
-            set_user_attrs(
-                trial, {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity}
-            )
+            set_user_attrs(trial, attrs if sampler is None else {**attrs, "sampler": sampler})
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
         with traced("memory_gate", trial=trial.number):
@@ -291,6 +294,20 @@ class Tuner:
             return result
         self.observer.trial_finished(trial.number, role, config, result)
         return result
+
+    def _sampler_of(self, study: optuna.Study, number: int) -> str:
+        """The sampler that proposed search trial ``number``: the study file's, or ``tpe`` past the GP's
+        hand-over, which the observer is told of once a run."""
+        of = getattr(study.sampler, "sampler_of", None)
+        name = str(of(number)) if of is not None else self.spec.sampler.name
+        if name != self.spec.sampler.name and not self._handed_over:
+            self._handed_over = True
+            after = getattr(study.sampler, "max_trials", None)
+            self.observer.note(
+                f"trial #{number}: the GP's ask grows with every trial, so past {after} finished trials TPE proposes "
+                "the rest of the study (docs/reference.md: the default sampler)"
+            )
+        return name
 
     def _record_params(self, trial: optuna.Trial, config: TrialConfig) -> None:
         """Ask Optuna for the enqueued params of a fixed config, so the trial carries them."""

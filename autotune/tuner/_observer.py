@@ -23,6 +23,9 @@ class Observer:
         """A new study queued earlier studies' best configurations after its baseline; ``line`` says from
         where (or why none was used)."""
 
+    def note(self, line: str) -> None:
+        """A change in how the study searches (the GP's hand-over to TPE), said once as it happens."""
+
     def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
         """A trial is about to launch (``index`` counts this run's search trials, 1-based)."""
 

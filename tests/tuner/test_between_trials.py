@@ -3,7 +3,8 @@
 Replayed studies (the real tuner and SQLite storage, results from a known landscape): every finished trial
 still has all its files as artifacts and all its attributes, also when the run is stopped by Ctrl-C; the
 attributes written in one transaction are those Trial.set_user_attr writes; the default sampler handed to TPE
-past its size keeps suggesting new, valid configurations; the trace is written only when asked for.
+past its size keeps suggesting new, valid configurations, and the run says so; the trace is written only when
+asked for.
 """
 
 from __future__ import annotations
@@ -128,6 +129,40 @@ def test_past_its_size_the_default_sampler_hands_over_to_tpe_and_suggests_new_va
     finished = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") != "confirm"]
     keys = [json.dumps(t.params, sort_keys=True) for t in finished[-8:]]
     assert len(set(keys)) == len(keys)  # never a configuration the study has measured
+
+
+def test_the_hand_over_to_tpe_is_said_once_recorded_on_each_trial_and_summed_up(
+    study_dir: Callable[..., StudyDir], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its trial limit the default sampler hands over to TPE: the run says so when it happens (once), each
+    search trial records which sampler proposed it (the baseline and the confirmation runs none), and the lines
+    `autotune run` and `autotune status` end with name the trials TPE proposed."""
+    from autotune.cli._run_summary import noise_lines
+    from autotune.tuner import Observer, _sampling
+
+    class Small(PartialGPSampler):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**{**kwargs, "max_trials": 6})
+
+    monkeypatch.setattr(_sampling, "PartialGPSampler", Small)
+    notes: list[str] = []
+
+    class Notes(Observer):
+        def note(self, line: str) -> None:
+            notes.append(line)
+
+    sd = study_dir("between-handover-said", search_space=SPACE, trial=TRIAL, pruner={"name": "none"})
+    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(landscape),
+                    observer=Notes()).run(n_trials=10)
+    trials = summary.study.get_trials(deepcopy=False)
+    samplers = {t.number: t.user_attrs.get("sampler") for t in trials}
+    roles = {t.number: t.user_attrs["role"] for t in trials}
+    assert [samplers[n] for n in range(10)] == [None, *["gp"] * 5, *["tpe"] * 4]  # #0: the baseline
+    assert all(samplers[n] is None for n, role in roles.items() if role == "confirm") and "confirm" in roles.values()
+    assert notes == ["trial #6: the GP's ask grows with every trial, so past 6 finished trials TPE proposes the rest "
+                     "of the study (docs/reference.md: the default sampler)"]
+    assert "trials #6-#9 (4) were proposed by TPE: the GP's ask grows with every trial, and past its trial limit " \
+           "the default sampler hands over (docs/reference.md)" in noise_lines(summary)
 
 
 def test_the_trace_is_written_only_when_asked_for(study_dir: Callable[..., StudyDir], tmp_path: Path,
