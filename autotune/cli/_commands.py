@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from autotune.cli._errors import Group, debugging, handle_errors
 from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from autotune.search_space import SearchSpace, TrialConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -111,7 +115,7 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
     knob_sets, study_sets = _split_sets(sets)
     spec = load_spec(study_file, overrides=study_sets)
     space = study_space(spec)
-    config = space.config(space.parse_sets(knob_sets))
+    config = _config_of_sets(space, knob_sets)
     folder = Path(trial_dir) if trial_dir else spec.runs_dir() / f"trial-{_stamp()}"
     if config.amp == "bf16" and config.device == "cpu" and native_bf16() is False:
         err_console.print("[yellow]warning[/] amp=bf16 on this CPU has no native bf16 (no AVX512_BF16/AMX flags): "
@@ -135,6 +139,20 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
     if result.outcome not in (Outcome.COMPLETE, Outcome.PRUNED):
         sys.exit(1)
 
+
+
+def _config_of_sets(space: SearchSpace, knob_sets: list[str]) -> TrialConfig:
+    """The trial's config from `trial --set` knob values; values that cannot go together (static_graph with
+    grad_accum above 1) are bad input, one line."""
+    from pydantic import ValidationError
+
+    from autotune.errors import UsageError
+
+    try:
+        return space.config(space.parse_sets(knob_sets))
+    except ValidationError as e:
+        reasons = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
+        raise UsageError(f"--set: {reasons}") from None
 
 
 def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -104,8 +104,9 @@ class SearchSpace:
     def suggest(self, trial: optuna.Trial) -> TrialConfig:
         """Ask Optuna for a value of every searched knob and return the trial's TrialConfig.
 
-        ``prefetch_factor`` is only suggested when ``num_workers > 0``, and DDP's own knobs only when
-        ``sharding`` is ddp (they mean nothing otherwise). Searched ``env:`` variables are ``env.NAME``.
+        ``prefetch_factor`` is only suggested when ``num_workers > 0``, DDP's own knobs only when
+        ``sharding`` is ddp (they mean nothing otherwise), and ``static_graph`` only at ``grad_accum`` 1 (false
+        above it: DDP's no_sync() fails under a static graph). Searched ``env:`` variables are ``env.NAME``.
         """
         values: dict[str, Any] = {}
         for name in _ORDER:
@@ -115,6 +116,9 @@ class SearchSpace:
                 continue
             if name in DDP_ONLY and values["sharding"] != "ddp":
                 values[name] = None
+                continue
+            if name == "static_graph" and values["grad_accum"] > 1:  # STATIC_GRAPH_WITH_ACCUMULATION
+                values[name] = False
                 continue
             if single_value(spec):
                 values[name] = only_value(spec)
@@ -177,6 +181,8 @@ class SearchSpace:
             value = getattr(config, name)
             if (name == "prefetch_factor" or name in DDP_ONLY) and value is None:
                 continue
+            if name == "static_graph" and config.grad_accum > 1:  # not suggested there (see suggest)
+                continue
             params[name] = value
         for name in self.searched_env():
             if name in config.env:
@@ -185,7 +191,8 @@ class SearchSpace:
         return params
 
     def contains(self, config: TrialConfig) -> bool:
-        """Whether every knob of ``config`` lies in this space (and prefetch follows num_workers)."""
+        """Whether every knob of ``config`` lies in this space (and prefetch follows num_workers, static_graph is
+        false above grad_accum 1)."""
         for name, spec in self.knobs.items():
             value = getattr(config, name)
             if name == "prefetch_factor" and config.num_workers == 0:
@@ -194,6 +201,10 @@ class SearchSpace:
                 continue
             if name in DDP_ONLY and config.sharding != "ddp":
                 if value is not None:
+                    return False
+                continue
+            if name == "static_graph" and config.grad_accum > 1:  # false there, whatever the space says
+                if value:
                     return False
                 continue
             if not _admits(spec, value):

@@ -165,7 +165,25 @@ class StudySpec(BaseModel):
                 )
         self._check_nodes()
         self._check_compile()
+        self._check_static_graph()
         return self
+
+    def _check_static_graph(self) -> None:
+        """DDP's no_sync() (gradient accumulation) fails inside torch under a static graph (pytorch/pytorch#143580):
+        a static_graph that is always true cannot meet a grad_accum above 1. A searched static_graph is only tried
+        at grad_accum 1."""
+        accum = getattr(self.search_space, "grad_accum", None)
+        above_one = (isinstance(accum, IntRange) and accum.high > 1) or any(
+            isinstance(v, int) and v > 1 for v in self.search_space.values_of("grad_accum") or ()
+        )
+        fixed = self.search_space.values_of("static_graph") == (True,)
+        fix = ("; use static_graph: {choices: [false, true]} (tried at grad_accum 1 only) or keep grad_accum at 1")
+        why = "DDP's no_sync() under a static graph fails inside torch (pytorch/pytorch#143580)"
+        if fixed and above_one:
+            raise ValueError(f"search_space.static_graph: true cannot meet grad_accum above 1: {why}{fix}")
+        if self.baseline.get("static_graph") and int(self.baseline.get("grad_accum", 1)) > 1:
+            raise ValueError(f"baseline.static_graph: true cannot meet grad_accum above 1: {why}; set one of them "
+                             "back")
 
     def _check_compile(self) -> None:
         """A compiled model compiles in its first step: that step must be a warm-up step, never measured."""

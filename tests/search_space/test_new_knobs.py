@@ -52,6 +52,12 @@ def space_of(**sections: Any) -> SearchSpace:
         ({"env": ["NCCL_ALGO"]}, "env: expected a mapping of NAME: value"),
         ({"search_space": {"compile": "default"}, "trial": {"warmup_steps": 0, "max_steps": 4}},
          "trial.warmup_steps: compile compiles the model in the first step"),
+        ({"search_space": {"static_graph": True, "grad_accum": {"low": 1, "high": 4}}},
+         "search_space.static_graph: true cannot meet grad_accum above 1: DDP's no_sync() under a static graph "
+         "fails inside torch (pytorch/pytorch#143580); use static_graph: {choices: [false, true]}"),
+        ({"search_space": {"static_graph": True, "grad_accum": {"choices": [1, 2]}}},
+         "search_space.static_graph: true cannot meet grad_accum above 1"),
+        ({"baseline": {"static_graph": True, "grad_accum": 2}}, "baseline.static_graph: true cannot meet grad_accum"),
     ],
 )
 def test_bad_values_are_one_line_errors(sections: dict[str, Any], message: str) -> None:
@@ -120,6 +126,28 @@ def test_ddp_knobs_are_sampled_only_with_ddp_and_env_as_env_params() -> None:
     assert seen == {"ddp", "fsdp"}
     # the baseline runs the fixed variables only; a searched one is left unset
     assert space.default_config().env == {"FIXED_FLAG": "1"}
+
+
+def test_static_graph_is_searched_at_grad_accum_1_only() -> None:
+    """DDP's no_sync() under a static graph fails inside torch (pytorch/pytorch#143580): a searched static_graph
+    is suggested only where grad_accum is 1, false elsewhere, and a config with both is refused."""
+    space = space_of(search_space={"grad_accum": {"low": 1, "high": 3}, "static_graph": {"choices": [False, True]}})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(40):
+        trial = study.ask()
+        config = space.suggest(trial)
+        seen.add((config.grad_accum > 1, config.static_graph))
+        if config.grad_accum > 1:
+            assert "static_graph" not in trial.params and config.static_graph is False
+        else:
+            assert "static_graph" in trial.params
+        assert space.params_of(config) == trial.params
+        study.tell(trial, 1.0)
+    assert seen == {(False, False), (False, True), (True, False)}
+    with pytest.raises(ValueError, match=r"static_graph cannot be combined with grad_accum above 1: .*#143580"):
+        _config(static_graph=True, grad_accum=2)
+    assert spec(search_space={"static_graph": True, "grad_accum": 1}).search_space.values_of("static_graph") == (True,)
 
 
 def test_set_takes_env_values_and_new_knobs() -> None:
