@@ -153,6 +153,8 @@ def _config_of_sets(space: SearchSpace, knob_sets: list[str]) -> TrialConfig:
     except ValidationError as e:
         reasons = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in e.errors())
         raise UsageError(f"--set: {reasons}") from None
+    except ValueError as e:
+        raise UsageError(f"--set: {e}") from None
 
 
 def _split_sets(sets: tuple[str, ...]) -> tuple[list[str], list[str]]:

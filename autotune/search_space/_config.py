@@ -30,7 +30,9 @@ def scaled_lr(base_lr: float, base_batch_size: int, global_batch: int, rule: LrS
 #: DDP's ``no_sync()`` (every micro-batch of an accumulation but the last) under ``static_graph=True`` fails
 #: inside torch with ``expect_autograd_hooks_ INTERNAL ASSERT FAILED`` at the first backward (torch 2.13 here;
 #: pytorch/pytorch#143580, its fix pytorch/pytorch#187732 says the gradients also stop being all-reduced once
-#: the assert is passed). So static_graph is searched at grad_accum 1 only, and the pair is refused.
+#: the assert is passed). So static_graph is searched at grad_accum 1 only, and a new configuration with both is
+#: refused (:meth:`TrialConfig.create`); a stored one still loads (a one-rank trial of an older study ran without
+#: DDP, and completed).
 STATIC_GRAPH_WITH_ACCUMULATION = (
     "static_graph cannot be combined with grad_accum above 1: DDP's no_sync() under a static graph fails inside "
     "torch (pytorch/pytorch#143580); use static_graph false or grad_accum 1"
@@ -108,6 +110,8 @@ class TrialConfig(BaseModel):
             bucket_cap_mb = 25 if bucket_cap_mb is None else bucket_cap_mb
             gradient_as_bucket_view = bool(gradient_as_bucket_view)
             static_graph = bool(static_graph)
+        if static_graph and grad_accum > 1:  # refused when made, not when read: older studies stored some
+            raise ValueError(STATIC_GRAPH_WITH_ACCUMULATION)
         global_batch = batch_size * grad_accum * world_size
         return cls(
             batch_size=batch_size,
@@ -152,8 +156,6 @@ class TrialConfig(BaseModel):
             raise ValueError(
                 "bucket_cap_mb, gradient_as_bucket_view and static_graph are set exactly when sharding is ddp"
             )
-        if self.static_graph and self.grad_accum > 1:
-            raise ValueError(STATIC_GRAPH_WITH_ACCUMULATION)
         if isinstance(self.threads_per_rank, int) and self.threads_per_rank < 1:
             raise ValueError("threads_per_rank must be at least 1, or auto")
         return self

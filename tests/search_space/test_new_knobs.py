@@ -147,6 +147,8 @@ def test_static_graph_is_searched_at_grad_accum_1_only() -> None:
     assert seen == {(False, False), (False, True), (True, False)}
     with pytest.raises(ValueError, match=r"static_graph cannot be combined with grad_accum above 1: .*#143580"):
         _config(static_graph=True, grad_accum=2)
+    stored = {**_config(grad_accum=2).model_dump(), "static_graph": True}  # an older study's one-rank trial
+    assert TrialConfig.model_validate(stored).static_graph is True  # still loads
     assert spec(search_space={"static_graph": True, "grad_accum": 1}).search_space.values_of("static_graph") == (True,)
 
 
