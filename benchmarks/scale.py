@@ -93,14 +93,12 @@ def grow(spec_random: Any, size: int) -> None:
     Tuner(spec_random, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=size)
 
 
-def samplers(spec: Any, kinds_only: bool = False) -> dict[str, Any]:
-    """The arms, each one sampler kept across its asks as a study keeps it (the GP's kernel fit starts from the
-    last ask's parameters): the GP without the hand-over, the same GP searching its acquisition function with
-    Optuna's own search (what it did before the batched coordinate search, 2026-12-02), and the default."""
-    import optuna
+def gp_kinds() -> dict[str, type]:
+    """The GP as it is, and the same GP searching its acquisition function with Optuna's own search (what it did
+    before the batched coordinate search, 2026-12-02)."""
     from optuna.samplers import GPSampler
 
-    from autotune.tuner import GP_MAX_TRIALS, PartialGPSampler, make_storage
+    from autotune.tuner import PartialGPSampler
     from autotune.tuner._acquisition import grid_of
 
     class OptunaSearchGP(PartialGPSampler):
@@ -109,14 +107,25 @@ def samplers(spec: Any, kinds_only: bool = False) -> dict[str, Any]:
                 return GPSampler._optimize_acqf(self, acqf, best_params)
             return super()._optimize_acqf(acqf, best_params)
 
-    if kinds_only:
-        return {"gp": PartialGPSampler, "gp_optuna_search": OptunaSearchGP}
+    return {"gp": PartialGPSampler, "gp_optuna_search": OptunaSearchGP}
 
-    def load(max_trials: int | None, kind: type = PartialGPSampler) -> Any:
+
+def samplers(spec: Any) -> dict[str, Any]:
+    """The arms, each one sampler kept across its asks as a study keeps it (the GP's kernel fit starts from the
+    last ask's parameters): the GP without the hand-over, the same GP with Optuna's search (:func:`gp_kinds`),
+    and the default."""
+    import optuna
+
+    from autotune.tuner import GP_MAX_TRIALS, make_storage
+
+    kinds = gp_kinds()
+
+    def load(max_trials: int | None, kind: type) -> Any:
         sampler = kind(seed=0, n_startup_trials=3, warn_independent_sampling=False, max_trials=max_trials)
         return optuna.load_study(study_name=spec.name, storage=make_storage(spec.storage_url()), sampler=sampler)
 
-    return {"gp": load(None), "gp_optuna_search": load(None, OptunaSearchGP), "default": load(GP_MAX_TRIALS)}
+    return {"gp": load(None, kinds["gp"]), "gp_optuna_search": load(None, kinds["gp_optuna_search"]),
+            "default": load(GP_MAX_TRIALS, kinds["gp"])}
 
 
 def search_quality(spec: Any, seeds: int, trials: int) -> dict[str, Any]:
@@ -129,7 +138,7 @@ def search_quality(spec: Any, seeds: int, trials: int) -> dict[str, Any]:
     from autotune.search_space import study_space
 
     space = study_space(spec)
-    arms = samplers(spec, kinds_only=True)
+    arms = gp_kinds()
     curves: dict[str, list[list[float]]] = {arm: [] for arm in arms}
     seconds = dict.fromkeys(arms, 0.0)
     for seed in range(seeds):

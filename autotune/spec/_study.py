@@ -177,7 +177,7 @@ class StudySpec(BaseModel):
             isinstance(v, int) and v > 1 for v in self.search_space.values_of("grad_accum") or ()
         )
         fixed = self.search_space.values_of("static_graph") == (True,)
-        fix = ("; use static_graph: {choices: [false, true]} (tried at grad_accum 1 only) or keep grad_accum at 1")
+        fix = "; use static_graph: {choices: [false, true]} (tried at grad_accum 1 only) or keep grad_accum at 1"
         why = "DDP's no_sync() under a static graph fails inside torch (pytorch/pytorch#143580)"
         if fixed and above_one:
             raise ValueError(f"search_space.static_graph: true cannot meet grad_accum above 1: {why}{fix}")

@@ -112,7 +112,7 @@ def all_discrete(space: Any) -> bool:
 def grid_of(space: Any) -> np.ndarray | None:
     """Every point of a GP search space (normalized, one row each) when all its dimensions are discrete and
     there are at most ``EXHAUSTIVE_POINTS``; None otherwise."""
-    if space.dim == 0 or len(space.continuous_indices) or len(space.discrete_indices) != space.dim:
+    if not all_discrete(space):
         return None
     choices = space.get_choices_of_discrete_params()  # in dimension order: every dimension is discrete
     if math.prod(len(c) for c in choices) > EXHAUSTIVE_POINTS:
