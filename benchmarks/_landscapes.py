@@ -118,6 +118,12 @@ class Replay:
     def pruned_within(self, n: int) -> int:
         return sum(s == "pruned" for s in self.states[:n])
 
+    def pick_within(self, n: int) -> str | None:
+        """The configuration key a study of ``n`` trials would choose: its best complete trial's."""
+        complete = [(v, k) for k, s, v in zip(self.keys[:n], self.states[:n], self.values[:n], strict=True)
+                    if s == "complete" and v]
+        return max(complete)[1] if complete else None
+
 
 def pruned_cost(record: dict[str, Any], window: dict[str, Any]) -> float:
     """A trial pruned at ``window``: launch to that window, plus the trial's teardown (after its last window)."""

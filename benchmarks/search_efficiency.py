@@ -25,12 +25,20 @@ search's trials over each strategy's; the trial-seconds pruning saves against th
 pruning over a study of ``--budget`` trials (the target: the same final result, i.e. the same best
 configuration, for 40% fewer trial-seconds), and until both reach the 95% level. Confirmation runs are not replayed.
 
+``--judge-on OTHER`` reads each autotune strategy's choice after ``--budget`` trials on another recording of
+the same grid (landscape.py's repeat): a replay's "same final result" is judged on the very readings its pruner
+saw, so it cannot show a good configuration pruned on an unlucky reading or a lucky reading chosen; an
+independent reading of the chosen configuration can. ``--margins 0.2 0.3`` adds the default study with those
+``pruner.margin`` values (strategies ``autotune-margin-M``), to weigh the margin's savings against its choices.
+
 ``--live`` runs one real study instead (the tuner on a generated study file: the landscape's workload,
 space and trial length, ``--budget`` trials) and compares what it found with the grid's best.
 
     python benchmarks/search_efficiency.py                    # replay: 20 seeds, no trials run (hours)
     python benchmarks/search_efficiency.py --seeds 3 --max-trials 20   # a small replay: ~10 minutes on 2 cores
     python benchmarks/search_efficiency.py --landscape benchmarks/landscape_large.json --max-trials 40 --jobs 2
+    python benchmarks/search_efficiency.py --jobs 2 --strategies autotune --margins 0.2 0.3 \
+        --judge-on benchmarks/landscape_repeat.json          # the pruner's margin, judged on the repeat
     python benchmarks/search_efficiency.py --live             # one real study: about 1-2 minutes on 2 cores
     python benchmarks/search_efficiency.py --quick [--live]   # smoke runs on the quick landscape
 """
@@ -79,13 +87,23 @@ def grid_share_target(landscape: Landscape) -> float:
     return GRID_SHARE_TARGET_LARGE if landscape.size >= LARGE_GRID else GRID_SHARE_TARGET
 
 
+MARGIN_PREFIX = "autotune-margin-"  # autotune-margin-0.2: the default study with pruner.margin 0.2
+
+
+def margin_of(strategy: str) -> float | None:
+    """The pruner margin a ``--margins`` strategy sets (None: the strategy's own pruner)."""
+    return float(strategy[len(MARGIN_PREFIX):]) if strategy.startswith(MARGIN_PREFIX) else None
+
+
 def tuner_replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
     """One autotune strategy: the real Tuner, trials replayed from the landscape (no confirmation runs)."""
     import tempfile
 
     from autotune.tuner import NoLaunch, Tuner, recorded_runner
 
-    pruner = {"name": "none"} if strategy == "autotune-no-pruning" else None
+    pruner: dict[str, Any] | None = {"name": "none"} if strategy == "autotune-no-pruning" else None
+    if (margin := margin_of(strategy)) is not None:
+        pruner = {"name": "best", "margin": margin}
     sampler: dict[str, Any] = {"seed": seed}
     if strategy == "autotune-tpe":  # the earlier default: grouped multivariate TPE + noise-aware median pruning
         sampler, pruner = {"name": "tpe", "seed": seed}, {"name": "median"}
@@ -312,6 +330,69 @@ def report_replays(landscape: Landscape, replays: dict[str, list[Replay]], budge
     }
 
 
+# ------------------------------------------------------------------------------------------------ judged on a repeat
+def judged_on(landscape: Landscape, other: Landscape, replays: dict[str, list[Replay]], budget: int) -> dict[str, Any]:
+    """Each autotune strategy's choice after ``budget`` trials, read on another recording of the same grid.
+
+    A replay's sampler and pruner see one reading per configuration, and its "best after N trials" is that
+    same reading, so a replay cannot show what run-to-run noise costs a pruner: a configuration pruned on an
+    unlucky window, a choice that was a lucky reading. On the other recording (an independent reading of every
+    configuration) a study's choice is worth what that configuration measured there; one that did not complete
+    there (a timeout) is worth 0."""
+    same_grid(landscape, other)
+    measured = {k: float(r["throughput_samples_s"]) for k, r in other.by_config().items()
+                if r["outcome"] == "complete" and r["throughput_samples_s"]}
+
+    def worth(replay: Replay) -> float:
+        key = replay.pick_within(budget)
+        return measured.get(key, 0.0) / other.best if key else 0.0
+
+    unpruned = replays["autotune-no-pruning"]
+    unpruned_worth = [worth(r) for r in unpruned]
+    default_margin = _default_margin()
+    rows: dict[str, dict[str, Any]] = {}
+    for name, reps in replays.items():
+        if not name.startswith("autotune") or name == "autotune-tpe":
+            continue
+        picks = [worth(r) for r in reps]
+        margin = margin_of(name)
+        rows[name] = {
+            "margin": None if name == "autotune-no-pruning" else (default_margin if margin is None else margin),
+            "pick_on_other": picks,
+            "pick_on_other_median": median(picks),
+            "pick_on_other_mean": statistics.mean(picks),
+            "as_good_as_unpruned_seeds": sum(p >= u * 0.99 for p, u in zip(picks, unpruned_worth, strict=True)),
+            "cost_at_budget_s": median([r.cost_until(budget) for r in reps]),
+            "saved_at_budget_median": median([1 - r.cost_until(budget) / u.cost_until(budget)
+                                              for r, u in zip(reps, unpruned, strict=True)]),
+            "pruned_at_budget": median([float(r.pruned_within(budget)) for r in reps]),
+        }
+    print_table(
+        f"The choice after {budget} trials, measured on the other recording ({other.path.name}, its best "
+        f"{other.best:,.0f} samples/s); the sampler and pruner saw {landscape.path.name}",
+        ["strategy", "pruner margin", "choice on the other (median)", "(mean)", "as good as unpruned (1%)",
+         f"trial-s for {budget}", "saved", "pruned"],
+        [[name, "-" if r["margin"] is None else f"{r['margin']:g}", pct(r["pick_on_other_median"]),
+          pct(r["pick_on_other_mean"]), f"{r['as_good_as_unpruned_seeds']}/{len(r['pick_on_other'])} seeds",
+          r["cost_at_budget_s"], "-" if name == "autotune-no-pruning" else pct(r["saved_at_budget_median"]),
+          r["pruned_at_budget"]] for name, r in rows.items()],
+    )
+    return {"other": str(other.path), "other_best_samples_s": other.best, "strategies": rows}
+
+
+def same_grid(landscape: Landscape, other: Landscape) -> None:
+    """Exit with one line unless ``other`` records the grid ``landscape`` does (before any replay runs)."""
+    if landscape.settings.get("grid") != other.settings.get("grid") or landscape.size != other.size:
+        raise SystemExit(f"--judge-on {other.path}: not a recording of {landscape.path.name}'s grid; give the "
+                         "repeat that landscape.py recorded of the same --grid")
+
+
+def _default_margin() -> float:
+    from autotune.spec import PrunerSpec
+
+    return float(PrunerSpec().margin)
+
+
 # ------------------------------------------------------------------------------------------------ live
 def live_study(landscape: Landscape, budget: int, quick: bool) -> dict[str, Any]:
     from autotune.objectives import config_key
@@ -390,8 +471,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--live", action="store_true", help="run one real study instead of replaying")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES),
                         help=f"replayed strategies (default all; the targets need {', '.join(REQUIRED)})")
+    parser.add_argument("--margins", type=float, nargs="+", default=[], metavar="M",
+                        help="also replay the default study with pruner.margin M (strategy autotune-margin-M)")
+    parser.add_argument("--judge-on", type=Path, metavar="OTHER",
+                        help="another recording of the same grid: read each autotune strategy's choice there")
     args = parser.parse_args(argv)
+    if any(not 0 <= m < 1 for m in args.margins):
+        parser.error("--margins: give relative margins 0 <= M < 1, e.g. --margins 0.2 0.3")
     strategies = tuple(s for s in STRATEGIES if s in args.strategies or s in REQUIRED)
+    strategies += tuple(f"{MARGIN_PREFIX}{m:g}" for m in args.margins)
     quick = args.quick
     quiet_optuna()
     landscape = Landscape.load(args.landscape or default_out("landscape", quick))
@@ -404,6 +492,9 @@ def main(argv: list[str] | None = None) -> None:
                                 "landscape_configs": landscape.size, "landscape_best_samples_s": landscape.best,
                                 "level": LEVEL, "budget": budget, "workload": MLP.entrypoint}
     settings["landscape_date"] = read_json(landscape.path).get("date")
+    other = Landscape.load(args.judge_on) if args.judge_on and not args.live else None
+    if other is not None:
+        same_grid(landscape, other)
     if args.live:
         with stage(f"live study: {budget} trials + confirmation"):
             results = live_study(landscape, budget, quick)
@@ -414,6 +505,9 @@ def main(argv: list[str] | None = None) -> None:
         with stage(f"replaying {len(strategies)} strategies x {seeds} seeds"):
             replays = run_replays(landscape, seeds, args.max_trials, budget, strategies, args.jobs)
         results = report_replays(landscape, replays, budget)
+        if other is not None:
+            settings["judge_on"] = str(other.path)
+            results["judged_on_other"] = judged_on(landscape, other, replays, budget)
     write_json(out, name, settings, results, machine, started)
 
 
