@@ -156,6 +156,11 @@ def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def cv(values: Sequence[float]) -> float | None:
+    """Coefficient of variation (sample standard deviation over the mean)."""
+    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 and statistics.mean(values) else None
+
+
 def spread(values: Sequence[float]) -> float | None:
     """(max - min) / median: the relative range of repeated measurements."""
     if not values:

@@ -20,7 +20,6 @@ interleaved runs (the confirmation stage) average it out.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from _common import (
     RUNS,
     Trials,
     console,
+    cv,
     default_out,
     fmt,
     hf_study,
@@ -44,11 +44,6 @@ from _common import (
 
 CONFIGS: list[dict[str, Any]] = [{"batch_size": 32}, {"batch_size": 16, "world_size": 2},
                                  {"batch_size": 64, "world_size": 2}]
-
-
-def cv(values: list[float]) -> float | None:
-    """Coefficient of variation (sample standard deviation over the mean)."""
-    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 and statistics.mean(values) else None
 
 
 def main(argv: list[str] | None = None) -> None:

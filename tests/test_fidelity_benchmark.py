@@ -1,6 +1,7 @@
-"""benchmarks/fidelity.py --quick --workload hf: the real-model fidelity benchmark runs end to end (the HF
-GPT-2 of studies/hf_gpt2.yaml, one and two ranks, short trials against longer ones) and records what the
-issue asks for: rho, the chosen configuration's long/short, two ranks against one, the settled counts."""
+"""The real-model benchmarks' quick runs, end to end on studies/hf_gpt2.yaml's GPT-2: fidelity.py (one and two
+ranks, short trials against longer ones: rho, the chosen configuration's long/short, two ranks against one,
+the settled counts), trial_scatter.py (the scatter of repeated trials by length) and first_fork.py (a
+zygote's first trial, every study's baseline, against its later forks)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("transformers")
 
 
+def _benchmark(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run benchmarks/SCRIPT as a user would; a failure shows its output's tail."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / script), *args]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_fidelity_quick_on_the_hf_model_records_rho_bias_and_settling(tmp_path: Path) -> None:
     out = tmp_path / "fidelity_hf.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "fidelity.py"), "--quick", "--workload", "hf",
-           "--short-repeats", "2", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=850, start_new_session=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _benchmark("fidelity.py", "--quick", "--workload", "hf", "--short-repeats", "2", "--out", str(out),
+                      timeout=850)
     record = json.loads(out.read_text())
     settings, results = record["settings"], record["results"]
     assert settings["workload"] == "hf" and settings["entrypoint"].endswith("studies/hf_gpt2.py:build")
@@ -47,9 +54,7 @@ def test_fidelity_quick_on_the_hf_model_records_rho_bias_and_settling(tmp_path: 
 @pytest.mark.timeout(300)
 def test_trial_scatter_quick_records_scatter_and_each_trials_own_error_by_length(tmp_path: Path) -> None:
     out = tmp_path / "trial_scatter.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "trial_scatter.py"), "--quick", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280, start_new_session=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _benchmark("trial_scatter.py", "--quick", "--out", str(out), timeout=280)
     results = json.loads(out.read_text())["results"]
     assert [(r["max_steps"], r["trials"]) for r in results["rows"]] == [(6, 2), (10, 2)]
     runs = results["runs"]
@@ -60,3 +65,20 @@ def test_trial_scatter_quick_records_scatter_and_each_trials_own_error_by_length
         assert row["measured_s"] > 0 and 0 < row["standard_error_median"] < 1
     # a longer trial measures longer: the 10-step trials' measured part is longer than the 6-step ones'
     assert results["rows"][1]["measured_s"] > results["rows"][0]["measured_s"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_first_fork_quick_measures_a_fresh_zygotes_first_trial_against_later_forks(tmp_path: Path) -> None:
+    out = tmp_path / "first_fork.json"
+    done = _benchmark("first_fork.py", "--quick", "--out", str(out), timeout=280)
+    results = json.loads(out.read_text())["results"]
+    runs = results["runs"]
+    assert [(r["pair"], r["arm"]) for r in runs] == [(0, "first"), (0, "later"), (1, "later"), (1, "first")]
+    assert all(r["outcome"] == "complete" and r["samples_s"] > 0 for r in runs)
+    arms = results["arms"]
+    for arm in ("first", "later"):
+        values = [r["samples_s"] for r in runs if r["arm"] == arm]
+        assert arms[arm]["samples_s"] == values and arms[arm]["median"] == pytest.approx(statistics.median(values))
+    assert results["first_over_later"] == pytest.approx(arms["first"]["median"] / arms["later"]["median"])
+    assert "first fork / later forks" in done.stdout
