@@ -24,7 +24,8 @@ class Observer:
         where (or why none was used)."""
 
     def note(self, line: str) -> None:
-        """A change in how the study searches (the GP's hand-over to TPE), said once as it happens."""
+        """A change in how the study searches or confirms (the GP's hand-over to TPE, a pruned configuration
+        re-measured), said once as it happens."""
 
     def trial_started(self, number: int, role: str, config: TrialConfig, index: int, target: int | None) -> None:
         """A trial is about to launch (``index`` counts this run's search trials, 1-based)."""
