@@ -194,8 +194,7 @@ def near_misses(study: optuna.Study, spec: StudySpec, groups: list[Group], room:
     if room <= 0 or not groups or len(spec.objectives) != 1:
         return []
     metric = spec.objectives[0].key
-    maximize = (spec.objectives[0].direction or "maximize") == "maximize"
-    best = max(g.median for g in groups) if maximize else min(g.median for g in groups)
+    maximize, best = _best_median(groups, spec)
     undecided = knobs_not_decided(spec)
     taken = {_visible(g, undecided) for g in groups}
     found: dict[tuple[tuple[str, str], ...], Group] = {}
@@ -214,9 +213,14 @@ def near_misses(study: optuna.Study, spec: StudySpec, groups: list[Group], room:
     return sorted(found.values(), key=lambda g: g.median, reverse=maximize)[:room]
 
 
-def _below(group: Group, groups: list[Group], spec: StudySpec) -> float:
+def _best_median(groups: list[Group], spec: StudySpec) -> tuple[bool, float]:
+    """Whether the first objective is maximized, and the best median of ``groups`` by it."""
     maximize = (spec.objectives[0].direction or "maximize") == "maximize"
-    best = max(g.median for g in groups) if maximize else min(g.median for g in groups)
+    return maximize, (max if maximize else min)(g.median for g in groups)
+
+
+def _below(group: Group, groups: list[Group], spec: StudySpec) -> float:
+    best = _best_median(groups, spec)[1]
     return abs(best - group.median) / abs(best) if best else 0.0
 
 
