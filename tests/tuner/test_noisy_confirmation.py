@@ -105,6 +105,28 @@ def test_a_first_trial_far_below_its_rerun_is_remeasured_not_averaged_in(study_d
     assert f"{summary.speedup:.2f}" == "1.75"  # not the 2.23x of the cold first trial averaged in
 
 
+def test_when_the_default_wins_after_its_cold_first_trial_is_left_out_its_rerun_is_the_chosen_trial(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # The baseline (32) reads 922 cold and 1,605 re-run; 64 reads 1,550: the default is best, measured by its re-runs
+    # only, so the chosen trial is a re-run of it, not the left-out first trial (3 workers on one SQLite file
+    # starting at once load the machine during that first trial: tests/reliability/test_storage_load.py).
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        if config.batch_size == 32:
+            return Measured(922.0 if repeat == 0 else 1605.0)
+        return Measured({16: 600.0, 64: 1550.0}[config.batch_size])
+
+    sd = study_dir("cold-default", search_space={"batch_size": {"choices": [16, 64]}}, trial=TRIAL,
+                   sampler={"name": "grid"}, pruner={"name": "none"},
+                   confirm={"top_k": 1, "repeats": 1, "max_repeats": 1})
+    summary = _run(sd, landscape, n_trials=3)
+    record = summary.study.user_attrs["autotune_confirmation"]
+    assert record["left_out"] == [0] and record["default_is_best"] is True
+    chosen = summary.study.trials[record["best_trial"]]
+    assert chosen.user_attrs["role"] == "confirm" and chosen.user_attrs["config"]["batch_size"] == 32
+    assert summary.best_trial == record["best_trial"] and summary.speedup == 1.0
+
+
 def test_max_repeats_below_repeats_is_a_one_line_error(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"top_k": 1, "repeats": 3, "max_repeats": 2})
     out = sd.autotune("validate", "study.yaml", "--no-build", timeout=60)
