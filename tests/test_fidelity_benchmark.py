@@ -1,7 +1,8 @@
 """The real-model benchmarks' quick runs, end to end on studies/hf_gpt2.yaml's GPT-2: fidelity.py (one and two
 ranks, short trials against longer ones: rho, the chosen configuration's long/short, two ranks against one,
-the settled counts), trial_scatter.py (the scatter of repeated trials by length) and first_fork.py (a
-zygote's first trial, every study's baseline, against its later forks)."""
+the settled counts), trial_scatter.py (the scatter of repeated trials by length), first_fork.py (a
+zygote's first trial, every study's baseline, against its later forks) and machine_noise.py (one fixed step
+timed without autotune: the machine's own scatter; its quick run uses the MLP)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,28 @@ def test_first_fork_quick_measures_a_fresh_zygotes_first_trial_against_later_for
         assert arms[arm]["samples_s"] == values and arms[arm]["median"] == pytest.approx(statistics.median(values))
     assert results["first_over_later"] == pytest.approx(arms["first"]["median"] / arms["later"]["median"])
     assert "first fork / later forks" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_machine_noise_quick_times_one_fixed_step_in_long_runs_and_fresh_processes(tmp_path: Path) -> None:
+    out = tmp_path / "machine_noise.json"
+    done = _benchmark("machine_noise.py", "--quick", "--out", str(out), timeout=280)
+    record = json.loads(out.read_text())
+    settings, results = record["settings"], record["results"]
+    assert settings["workload"] == "mlp" and settings["long_runs"] == 2 and settings["short_runs"] == 2
+    longs, shorts = results["longs"], results["shorts"]
+    assert len(longs) == 2 and len(shorts) == 2  # a short process times one window
+    windows = [[w["samples_s"] for w in run] for run in longs]
+    assert all(len(run) >= 4 for run in windows)  # 2 s of 0.5 s windows
+    for w in [*(w for run in longs for w in run), *shorts]:
+        assert w["samples_s"] > 0 and 0 < w["cpu_share"] <= 1.05 and 0 <= w["steal"] <= 1
+    assert results["long_means"] == pytest.approx([statistics.fmean(run) for run in windows])
+    assert results["short_cv"] == pytest.approx(statistics.stdev(results["short_samples_s"])
+                                                / statistics.mean(results["short_samples_s"]))
+    first = results["block_cv"][0]  # k = 1: every window of every long run
+    pooled = [x for run in windows for x in run]
+    assert first["windows"] == 1 and first["blocks"] == len(pooled)
+    assert first["cv"] == pytest.approx(statistics.stdev(pooled) / statistics.mean(pooled))
+    assert [b["windows"] for b in results["block_cv"]] == [2**i for i in range(len(results["block_cv"]))]
+    assert "measured seconds for a CV below 5%" in done.stdout
