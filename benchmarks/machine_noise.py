@@ -22,6 +22,7 @@ over its wall time and the machine's steal and busy shares (/proc/stat). Reporte
     python benchmarks/machine_noise.py                 # GPT-2: 3 long runs of 30 s and 18 short ones, ~4 minutes
     python benchmarks/machine_noise.py --workload mlp
     python benchmarks/machine_noise.py --quick         # smoke run: the MLP, 2 long runs of 2 s, 2 short ones
+    python benchmarks/machine_noise.py --from benchmarks/machine_noise.json   # re-read a run's windows
 """
 
 from __future__ import annotations
@@ -115,14 +116,19 @@ def _run_child(mode: str, entrypoint: str, args: dict[str, Any], seconds: float,
 
 def block_cvs(runs: list[list[float]]) -> list[dict[str, Any]]:
     """The CV of the mean of k consecutive windows (non-overlapping blocks of every run, pooled), k = 1, 2, 4, ...
-    while there are at least 4 blocks."""
+    while there are at least 4 blocks; and the CV of the ratio of each block to the next one in its run
+    (``adjacent_ratio_cv``): two measurements taken back to back. Were the blocks independent it would be about
+    √2 times the blocks' CV; a speed that drifts slowly makes it smaller, and a comparison of two
+    configurations run back to back more precise than one of measurements taken minutes apart."""
     out = []
     k = 1
     while True:
-        means = [statistics.fmean(r[i:i + k]) for r in runs for i in range(0, len(r) - k + 1, k)]
+        blocks = [[statistics.fmean(r[i:i + k]) for i in range(0, len(r) - k + 1, k)] for r in runs]
+        means = [m for b in blocks for m in b]
         if len(means) < 4:
             return out
-        out.append({"windows": k, "blocks": len(means), "cv": cv(means)})
+        ratios = [after / before for b in blocks for before, after in itertools.pairwise(b) if before]
+        out.append({"windows": k, "blocks": len(means), "cv": cv(means), "adjacent_ratio_cv": cv(ratios)})
         k *= 2
 
 
@@ -164,6 +170,30 @@ def summarize(longs: list[list[dict[str, Any]]], shorts: list[dict[str, Any]], w
     }
 
 
+def report(name: str, window: float, machine: dict[str, Any], results: dict[str, Any]) -> None:
+    """Print a run's tables."""
+    print_table(
+        f"One fixed training step of the {name.upper()} workload (batch {BATCH}, one core, one thread), "
+        f"windows of {window:g} s",
+        ["measure", "value"],
+        [["window-to-window CV inside a long run (median)", pct(results["long_window_cv_median"])],
+         ["CV of the long runs' means", pct(results["long_means_cv"])],
+         ["long runs' means (samples/s)", ", ".join(fmt(m) for m in results["long_means"])],
+         ["CV across fresh short processes", pct(results["short_cv"])],
+         ["lag-1 autocorrelation of windows", fmt(results["lag1_autocorrelation"], 2)],
+         ["lowest CPU share of a window", fmt(results["cpu_share_min"])],
+         ["highest steal share", fmt(results["steal_max"])]],
+        caption=machine_caption(machine),
+    )
+    print_table("The mean of k consecutive windows", ["k", "seconds", "blocks", "CV", "back-to-back ratio CV",
+                                                       "were they independent"],
+                [[b["windows"], fmt(b["windows"] * window), b["blocks"], pct(b["cv"]), pct(b["adjacent_ratio_cv"]),
+                  pct(b["cv"] * 2**0.5 if b["cv"] is not None else None)] for b in results["block_cv"]])
+    below = results["seconds_for_cv_below"]
+    console.print(f"measured seconds for a CV below 5%: {fmt(below['0.05'])}; below 3%: {fmt(below['0.03'])} "
+                  "(-: not within a long run)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smoke run: the MLP, 2 long runs of 2 s, 2 short ones")
@@ -174,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=float, help="a window's seconds (default 1.5; quick 0.5)")
     parser.add_argument("--warm", type=float, help="warm-up seconds before timing (default 1; quick 0.5)")
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/machine_noise[_mlp].json)")
+    parser.add_argument("--from", dest="source", type=Path,
+                        help="re-read the windows of an earlier run's JSON (no runs) and rewrite its results")
     parser.add_argument("--child", choices=["long", "short"], help=argparse.SUPPRESS)
     parser.add_argument("--entrypoint", help=argparse.SUPPRESS)
     parser.add_argument("--args", help=argparse.SUPPRESS)
@@ -184,6 +216,15 @@ def main(argv: list[str] | None = None) -> None:
     warm = args.warm if args.warm is not None else (0.5 if quick else 1.0)
     if args.child:
         child(args.child, args.entrypoint, json.loads(args.args), seconds, window, warm)
+        return
+    if args.source:
+        record = json.loads(args.source.read_text())
+        old = record["results"]
+        record["results"] = {**summarize(old["longs"], old["shorts"], record["settings"]["window"]),
+                             "longs": old["longs"], "shorts": old["shorts"]}
+        report(record["settings"]["workload"], record["settings"]["window"], record["machine"], record["results"])
+        args.source.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        console.print(f"rewrote {args.source}'s results from its windows")
         return
     long_runs = args.long_runs or (2 if quick else 3)
     short_runs = args.short_runs if args.short_runs is not None else (2 if quick else 18)
@@ -208,24 +249,7 @@ def main(argv: list[str] | None = None) -> None:
                 shorts += _run_child("short", workload.entrypoint, dict(workload.args), seconds, window, warm)
     results = summarize(longs, shorts, window)
     results["longs"], results["shorts"] = longs, shorts
-    print_table(
-        f"One fixed training step of the {name.upper()} workload (batch {BATCH}, one core, one thread), "
-        f"windows of {window:g} s",
-        ["measure", "value"],
-        [["window-to-window CV inside a long run (median)", pct(results["long_window_cv_median"])],
-         ["CV of the long runs' means", pct(results["long_means_cv"])],
-         ["long runs' means (samples/s)", ", ".join(fmt(m) for m in results["long_means"])],
-         ["CV across fresh short processes", pct(results["short_cv"])],
-         ["lag-1 autocorrelation of windows", fmt(results["lag1_autocorrelation"], 2)],
-         ["lowest CPU share of a window", fmt(results["cpu_share_min"])],
-         ["highest steal share", fmt(results["steal_max"])]],
-        caption=machine_caption(machine),
-    )
-    print_table("The mean of k consecutive windows", ["k", "seconds", "blocks", "CV"],
-                [[b["windows"], fmt(b["windows"] * window), b["blocks"], pct(b["cv"])] for b in results["block_cv"]])
-    below = results["seconds_for_cv_below"]
-    console.print(f"measured seconds for a CV below 5%: {fmt(below['0.05'])}; below 3%: {fmt(below['0.03'])} "
-                  "(-: not within a long run)")
+    report(name, window, machine, results)
     write_json(out, "machine_noise",
                {"quick": quick, "workload": name, "entrypoint": workload.entrypoint,
                 "workload_args": dict(workload.args), "batch": BATCH, "long_runs": long_runs,

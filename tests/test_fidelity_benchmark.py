@@ -6,6 +6,7 @@ timed without autotune: the machine's own scatter; its quick run uses the MLP)."
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import subprocess
@@ -106,5 +107,7 @@ def test_machine_noise_quick_times_one_fixed_step_in_long_runs_and_fresh_process
     pooled = [x for run in windows for x in run]
     assert first["windows"] == 1 and first["blocks"] == len(pooled)
     assert first["cv"] == pytest.approx(statistics.stdev(pooled) / statistics.mean(pooled))
+    ratios = [b / a for run in windows for a, b in itertools.pairwise(run)]  # back to back, inside a run
+    assert first["adjacent_ratio_cv"] == pytest.approx(statistics.stdev(ratios) / statistics.mean(ratios))
     assert [b["windows"] for b in results["block_cv"]] == [2**i for i in range(len(results["block_cv"]))]
     assert "measured seconds for a CV below 5%" in done.stdout
