@@ -362,12 +362,12 @@ def main(argv: list[str] | None = None) -> None:
     warn_if_busy(machine)
     if args.study_only:
         found = between_trials(study_rounds, trees, reuse=args.from_runs)
-        record = read_json(out) if out.exists() else {"settings": {}, "results": {}}
-        record["results"]["between_trials"] = {**found, "machine": machine, "date": time.strftime(
+        saved = read_json(out) if out.exists() else {"settings": {}, "results": {}}
+        saved["results"]["between_trials"] = {**found, "machine": machine, "date": time.strftime(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
-        write_json(out, "overhead", {**record["settings"], "study_rounds": study_rounds,
+        write_json(out, "overhead", {**saved["settings"], "study_rounds": study_rounds,
                                      "trees": {k: str(v) for k, v in trees.items()}},
-                   record["results"], record.get("machine", machine), started)
+                   saved["results"], saved.get("machine", machine), started)
         return
     with Trials(MLP, RUNS / "overhead" / "main") as trials:
         with stage("probing step times (the first probe also starts the warm launcher's zygote)"):

@@ -17,6 +17,7 @@ best, for the warm and the cold study, and the median over seeds. Target: warm <
 
     python benchmarks/warm_start.py               # 5 seeds x 2 directions (~25 minutes at load 10-14 on 2 cores)
     python benchmarks/warm_start.py --seeds 2     # smaller
+    python benchmarks/warm_start.py --quick       # smoke run: 1 seed x 2 directions
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from _common import (
     HERE,
     check,
     console,
+    default_out,
     machine_caption,
     machine_facts,
     make_spec,
@@ -78,10 +80,14 @@ def one_seed(earlier: Landscape, measured: Landscape, seed: int, budget: int) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per direction (default 5)")
-    parser.add_argument("--budget", type=int, default=15, help="trials of each study (default 15)")
-    parser.add_argument("--out", type=Path, default=HERE / "warm_start.json")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed x 2 directions")
+    parser.add_argument("--seeds", type=int, help="seeds per direction (default 5; quick 1)")
+    parser.add_argument("--budget", type=int, help="trials of each study (default 15)")
+    parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/warm_start.json)")
     args = parser.parse_args(argv)
+    args.seeds = args.seeds or (1 if args.quick else 5)
+    args.budget = args.budget or 15
+    args.out = args.out or default_out("warm_start", args.quick)
     quiet_optuna()
     started = time.monotonic()
     machine = machine_facts()
@@ -111,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
                 caption=machine_caption(machine))
     console.print(f"warm start <= {TARGET} trials: {check(summary['target_met'])} "
                   f"({summary['warm_within_target']} of {len(runs)} runs)")
-    settings = {"seeds": args.seeds, "budget": args.budget, "level": LEVEL, "target_trials": TARGET,
+    settings = {"quick": args.quick, "seeds": args.seeds, "budget": args.budget, "level": LEVEL,
+                "target_trials": TARGET,
                 "landscapes": [str(first.path.name), str(repeat.path.name)],
                 "best_samples_s": {first.path.name: first.best, repeat.path.name: repeat.best}}
     write_json(args.out, "warm_start", settings, {"summary": summary, "runs": runs}, machine, started)
