@@ -59,15 +59,27 @@ def test_exit_codes_are_in_the_help() -> None:
         assert fragment in " ".join(help_text.split()), help_text
 
 
-def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C while the study file is read (or anything before a trial) is an interruption, not click's
-    'Aborted!' with exit 1: scripts telling a stop from a failure read 130."""
+@pytest.mark.parametrize("where", ["read_spec", "check_workload_fits"])
+def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the study file is read, or while its workload is checked (the zygote already importing
+    torch beside it), is an interruption, not click's 'Aborted!' with exit 1: scripts telling a stop from a
+    failure read 130. The zygote does not outlive the command."""
+    import psutil
+
+    import autotune.spec
     import autotune.workload_check
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(autotune.workload_check, "load_spec", interrupted)
+    monkeypatch.setattr(autotune.spec if where == "read_spec" else autotune.workload_check, where, interrupted)
+    (tmp_path / "faulty.py").write_text(FAULTY.read_text())
+    (tmp_path / "study.yaml").write_text("name: codes\nworkload: {entrypoint: faulty.py:build}\n")
+    monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(main, ["run", "study.yaml"])
     assert out.exit_code == 130, out.output
     assert out.output.strip().splitlines() == ["interrupted: nothing was started or recorded"]
+    assert not [p.cmdline() for p in psutil.Process().children(recursive=True)]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "codes.db").exists()

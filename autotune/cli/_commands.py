@@ -194,20 +194,27 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
     """
     from autotune.cli._run_summary import print_summary
     from autotune.cli._run_view import RunView
-    from autotune.tuner import Interrupted, Tuner
-    from autotune.workload_check import load_spec
+    from autotune.spec import read_spec
+    from autotune.tuner import Interrupted, Tuner, prepared_launcher
+    from autotune.workload_check import check_workload_fits
 
-    spec = load_spec(study_file, overrides=_storage_override(storage, sets))
-    view = RunView(console, spec.name, spec.trial.max_steps)
+    spec = read_spec(study_file, _storage_override(storage, sets))
+    # The launcher's zygote imports torch while the workload is imported and checked (load_spec's check).
+    launcher = prepared_launcher(spec)
     try:
-        summary = Tuner(spec, observer=view).run(n_trials=n_trials, timeout_s=timeout_s)
-    except Interrupted as stop:
-        view.stop()
-        what = "the running trial was stopped and recorded" if stop.trial_stopped else "no trial was running"
-        err_console.print(f"interrupted: {what}; rerun `autotune run {study_file}` to continue")
-        sys.exit(stop.exit_code)
+        check_workload_fits(spec)
+        view = RunView(console, spec.name, spec.trial.max_steps)
+        try:
+            summary = Tuner(spec, observer=view, launcher=launcher).run(n_trials=n_trials, timeout_s=timeout_s)
+        except Interrupted as stop:
+            view.stop()
+            what = "the running trial was stopped and recorded" if stop.trial_stopped else "no trial was running"
+            err_console.print(f"interrupted: {what}; rerun `autotune run {study_file}` to continue")
+            sys.exit(stop.exit_code)
+        finally:
+            view.stop()
     finally:
-        view.stop()
+        launcher.close()
     print_summary(console, summary, spec)
     if summary.best_config is None:
         sys.exit(1)

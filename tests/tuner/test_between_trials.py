@@ -195,3 +195,35 @@ def test_the_launcher_is_prepared_before_the_study_is_opened(study_dir: Callable
     Tuner(load_spec(str(sd.file)), launcher=Recording(), run_trial=replay_runner(landscape)).run(n_trials=3)
     assert seen == [False]
     assert sd.db.exists()
+
+
+PROBE = '''"""faulty.py's workload; at import it notes which processes the importing process has started."""
+import json
+import os
+from pathlib import Path
+
+import psutil
+
+from faulty import build  # noqa: F401
+
+with Path(__file__).with_name("imports.jsonl").open("a") as out:
+    out.write(json.dumps({"pid": os.getpid(),
+                          "children": [" ".join(p.cmdline()) for p in psutil.Process().children()]}) + "\\n")
+'''
+
+
+@pytest.mark.slow
+def test_autotune_run_starts_the_zygote_before_it_imports_the_workload(study_dir: Callable[..., StudyDir]) -> None:
+    # A real model's imports take seconds (transformers: ~5 s here), and so do the zygote's (torch, 3.4 s): the
+    # CLI starts the zygote first, from the study file alone, so the two overlap (a 1-trial run of
+    # studies/hf_gpt2.yaml: first rank 7.0 -> 4.9 s after the command started; benchmarks/README.md section 1).
+    sd = study_dir("zygote-first", search_space={"batch_size": {"choices": [8, 16]}}, confirm={"top_k": 0})
+    (sd.folder / "probe.py").write_text(PROBE)
+    sd.file.write_text(sd.file.read_text().replace("faulty.py:build", "probe.py:build"))
+    run = sd.popen("run", "study.yaml", "--n-trials", "1", log=sd.folder / "run.log")
+    assert run.wait(timeout=180) == 0, (sd.folder / "run.log").read_text()
+    imports = [json.loads(line) for line in (sd.folder / "imports.jsonl").read_text().splitlines()]
+    in_cli = [i for i in imports if i["pid"] == run.pid]
+    assert len(in_cli) == 1, imports  # the CLI imported the workload once, to check it
+    assert any("autotune.trial_runner._zygote" in c for c in in_cli[0]["children"]), in_cli
+    assert any(i["pid"] != run.pid for i in imports)  # and the trial's rank imported it too
