@@ -9,9 +9,10 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
 from autotune.tuner._gp import GP_MAX_TRIALS, PartialGPSampler
-from autotune.tuner._loop import Tuner, prepared_launcher
+from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
+from autotune.tuner._prepare import prepared_launcher
 from autotune.tuner._recovery import Interrupted
 from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.tuner._results import TuneSummary, chosen, measured_groups, summarize

@@ -21,9 +21,9 @@ from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
 from autotune.broken_workload import check as check_broken_workload
-from autotune.errors import LaunchError, UsageError
+from autotune.errors import LaunchError
 from autotune.objectives import Group, config_key
-from autotune.search_space import HyperparameterSpace, SearchSpace, TrialConfig, study_space
+from autotune.search_space import SearchSpace, TrialConfig, study_space
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, trace_event, traced
@@ -49,31 +49,6 @@ from autotune.tuner._warm_start import warm_start
 from autotune.tuner._writes import set_user_attrs
 
 WAIT_FOR_OTHERS_S = 1.0  # a worker whose budget is taken by running trials elsewhere re-checks this often
-
-
-def prepared_launcher(spec: StudySpec) -> Launcher:
-    """The study's launcher, already preparing its first launch (:meth:`Launcher.prepare`: the warm launcher's
-    zygote starts importing torch) from what the study file alone says, before the workload is imported.
-
-    `autotune run` calls this before it imports and checks the workload (2 s for the quickstart's MLP, 7 s for
-    studies/hf_gpt2.yaml's GPT-2, here), so that and the zygote's own 3.4 s of imports overlap instead of
-    following each other; it hands the launcher to :class:`Tuner` and closes it. The zygote's environment
-    depends only on the baseline's world size, threads per rank and ``env:`` values and the study's folder,
-    none of which needs the workload, so the space is built with a stand-in learning rate and batch (they
-    change no launch environment); the Tuner prepares the launcher again with the baseline's full plan, which
-    is the same zygote. A study file this cannot read without its workload (a baseline of hyperparameters)
-    or whose baseline the space refuses is prepared by the Tuner, as without this (which reports the error)."""
-    launcher = make_launcher(spec)
-    if spec.hyperparameters:
-        return launcher
-    try:
-        space = SearchSpace.build(spec.search_space, base_lr=1.0, base_batch_size=1,
-                                  device=spec.resolved_device(), env=spec.env, hyper=HyperparameterSpace())
-        plan = plan_for(spec, space.default_config(spec.baseline))
-    except (ValueError, UsageError):  # a baseline the space refuses: the Tuner says so, with the workload's numbers
-        return launcher
-    launcher.prepare(plan)
-    return launcher
 
 
 class Tuner:
