@@ -12,9 +12,10 @@ def prepared_launcher(spec: StudySpec) -> Launcher:
     """The study's launcher, already preparing its first launch (:meth:`Launcher.prepare`: the warm launcher's
     zygote starts importing torch) from what the study file alone says, before the workload is imported.
 
-    `autotune run` calls this before it imports and checks the workload (2 s for the quickstart's MLP, 7 s for
-    studies/hf_gpt2.yaml's GPT-2, here), so that and the zygote's own 3.4 s of imports overlap instead of
-    following each other; it hands the launcher to :class:`Tuner` and closes it. The zygote's environment
+    `autotune run` calls this before it imports and checks the workload (the command reaches its tuner after
+    1.7 s for the quickstart's MLP, 4.5 s for studies/hf_gpt2.yaml's GPT-2, here: benchmarks/startup.json), so
+    that and the zygote's own 3.4 s of imports overlap instead of following each other; it hands the launcher
+    to :class:`Tuner` and closes it. The zygote's environment
     depends only on the baseline's world size, threads per rank and ``env:`` values and the study's folder,
     none of which needs the workload, so the space is built with a stand-in learning rate and batch (they
     change no launch environment); the Tuner prepares the launcher again with the baseline's full plan, which
