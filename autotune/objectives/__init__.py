@@ -6,7 +6,7 @@ confirmation statistics, configuration keys, and the one choice of a study (:fun
 Optuna for the single-objective pruner and for reading a study's trials.
 """
 
-from autotune.objectives._choice import Choice, choose, is_reference, measured_groups
+from autotune.objectives._choice import RACE_ATTR, Choice, choose, choose_from_race, is_reference, measured_groups
 from autotune.objectives._compile_payback import CompilePayback, compile_payback, complete_trials
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
@@ -33,6 +33,7 @@ from autotune.objectives._noise import (
 )
 from autotune.objectives._noise_pruner import NoiseAwarePruner
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
+from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, standing
 from autotune.objectives._time_to_loss import (
     RunningTimeToLoss,
     TimeToLoss,
@@ -45,11 +46,12 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "Choice", "CompilePayback", "DominancePruner", "Group", "History",
-    "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "NoiseAwarePruner", "Pooled",
-    "PruningDecision", "RunningTimeToLoss", "Separation", "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning",
-    "choose", "choose_best", "compile_payback", "complete_trials", "config_key", "constraint_values", "could_separate",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_ROUNDS", "RACE_ATTR", "Choice", "CompilePayback", "Contrast",
+    "DominancePruner", "Fit", "Group", "History", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction",
+    "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision", "RunningTimeToLoss", "Separation", "Standing",
+    "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race",
+    "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast", "could_separate",
     "dominates", "estimate_time_to_loss", "explain_choice", "group_measurements", "half_width", "is_reference",
     "loss_noise_floor", "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front",
-    "pooled_sd", "running_value", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "pooled_sd", "running_value", "standing", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

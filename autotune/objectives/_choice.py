@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.study import StudyDirection
@@ -17,10 +18,12 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, choose_best, group_measurements
 from autotune.objectives._noise import Separation, far_off, ratio_half_width, separation
+from autotune.objectives._race import Contrast, contrast, standing
 
 ROLE_BASELINE, ROLE_CONFIRM = "baseline", "confirm"
 THROUGHPUT = "throughput_samples_s"
 CONFIRMATION_ATTR = "autotune_confirmation"  # the study attribute written when the confirmation runs are done
+RACE_ATTR = "autotune_race"  # the confirmation race's readings (docs/storage.md), written after every round
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Choice:
     versus: Separation | None = None
     speedup_half_width: float | None = None
     left_out: tuple[int, ...] = ()
+    advice: str | None = None  # a race that could not part its two leaders: what more rounds would take
 
     @property
     def separated(self) -> bool:
@@ -128,6 +132,9 @@ def choose(study: optuna.Study, metric: str | None = None, direction: str | None
         metric = names[0] if names else THROUGHPUT
     if direction is None:
         direction = "maximize" if study.directions[0] == StudyDirection.MAXIMIZE else "minimize"
+    race = study.user_attrs.get(RACE_ATTR)
+    if metric == THROUGHPUT and direction == "maximize" and isinstance(race, dict) and race.get("rounds"):
+        return choose_from_race(race, confirmed=CONFIRMATION_ATTR in study.user_attrs)
     groups = measured_groups(study, metric)
     baseline_keys = _role_keys(study, ROLE_BASELINE)
     baseline = next((g for g in groups if g.config_key in baseline_keys), None)
@@ -165,3 +172,66 @@ def _first_far_off(baseline: Group | None, direction: str) -> tuple[int, ...]:
     if baseline is None or len(baseline.values) < 2:
         return ()
     return baseline.trials[:1] if far_off(baseline.values[0], baseline.values[1:], direction) else ()
+
+
+def choose_from_race(race: dict[str, Any], *, confirmed: bool = True) -> Choice:
+    """The choice a confirmation race makes (autotune/objectives/_race.py): the leader by its drift-corrected
+    effect, recommended only when its speed-up over the baseline (the race's anchor) is separated from none;
+    the speed-up and the leader's lead over the runner-up as intervals on within-round ratios. Each entrant's
+    ``median`` is its speed on the race's average round, ``half_width`` its comparison's with the leader
+    (the leader's: its speed-up's)."""
+    rounds, anchor = race["rounds"], str(race["anchor"])
+    entrants: dict[str, dict[str, Any]] = race["entrants"]
+    now = standing(rounds, anchor, [k for k in entrants if any(k in r for r in rounds)])
+    fitted = now.fit
+    leader = now.leader
+    gains = {k: contrast(rounds, leader, k, fitted) for k in entrants if k != leader and k in fitted.effects}
+
+    def group(key: str) -> Group:
+        info = entrants[key]
+        values = tuple(float(r[key]) for r in rounds if key in r)
+        width = now.speedup.half_width if key == leader and now.speedup else (
+            gains[key].half_width if key in gains else None)
+        spread = (max(values) - min(values)) / fitted.speed(key) if values else 0.0
+        return Group(key, dict(info["config"]), tuple(int(t) for t in info["trials"]), values, fitted.speed(key),
+                     spread, info.get("peak_memory_mb"), info.get("loss"), width)
+
+    groups = {k: group(k) for k in entrants if k in fitted.effects}
+    baseline = groups.get(anchor)
+    best_key = leader
+    if leader != anchor and baseline is not None and not _ahead(now.speedup):
+        best_key = anchor  # not separated from the default configuration: keep it
+    best = groups[best_key]
+    others = [k for k in groups if k != best_key]
+    runner_key = max(others, key=lambda k: fitted.effects[k]) if others else None
+    versus = advice = None
+    if runner_key is not None:
+        lead = contrast(rounds, best_key, runner_key, fitted)
+        versus = Separation(_ahead(lead), lead.ratio - 1, lead.half_width)
+        if not versus.separated:
+            advice = _advice(lead, fitted.df, race, groups)
+    default_is_best = best_key == anchor
+    speedup = speedup_width = None
+    if baseline is not None:
+        against = contrast(rounds, best_key, anchor, fitted) if not default_is_best else None
+        speedup = against.ratio if against else 1.0
+        speedup_width = against.half_width if against else 0.0
+    runner = groups[runner_key] if runner_key is not None else None
+    return Choice(best, baseline, speedup, default_is_best, confirmed, tuple(groups.values()), runner, versus,
+                  speedup_width, (), advice)
+
+
+def _ahead(c: Contrast | None) -> bool:
+    return c is not None and c.separated and c.log_ratio > 0
+
+
+def _advice(lead: Contrast, df: int, race: dict[str, Any], groups: dict[str, Group]) -> str:
+    """What it would take to part two entrants the race left tied."""
+    a, b = (f"#{groups[k].trials[0]}" for k in (lead.a, lead.b))
+    needed = lead.rounds_to_separate(df)
+    if needed is None:
+        return f"{a} and {b} read within 0.5% of each other: no affordable race parts them; either will do"
+    more = max(1, needed - lead.rounds)
+    per_round = float(race.get("round_s") or 0.0)
+    cost = f" (~{more * per_round:.0f} s)" if per_round else ""
+    return f"about {more} more rounds{cost} would likely separate {a} from {b} (confirm.rounds)"

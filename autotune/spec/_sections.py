@@ -243,7 +243,22 @@ class ConfirmSpec(BaseModel):
 
     model_config = STRICT
     top_k: int = Field(3, ge=0, description="configurations re-measured at the end (0: no confirmation)")
-    repeats: int = Field(2, ge=1, description="extra runs of each")
+    method: Literal["race", "reruns"] = Field(
+        "race",
+        description="race: the top configurations and the baseline alive together, measured in rounds of short "
+        "blocks in shuffled order, the others frozen, compared on within-round ratios (drift cancels); losers "
+        "dropped once separated, until the leader separates with its speed-up known to `precision`, or `rounds`. "
+        "reruns: whole re-runs of each (used where a race cannot run: SLURM, several objectives, a metric other "
+        "than throughput)",
+    )
+    block_s: float = Field(0.5, gt=0, le=60, description="race: seconds of training per block (one entrant, one round)")
+    rounds: int = Field(30, ge=4, le=1000, description="race: the most rounds")
+    precision: float = Field(
+        0.07, gt=0, lt=1,
+        description="race: stop once the leader is separated from every other entrant and its speed-up's ~95% "
+        "half-width is at most this (0.07: ±7%)",
+    )
+    repeats: int = Field(2, ge=1, description="reruns: extra runs of each")
     max_repeats: int | None = Field(
         None, ge=1,
         description="the most extra runs of the two leading configurations: after `repeats`, the winner and the "

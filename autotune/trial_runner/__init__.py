@@ -9,6 +9,7 @@ from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
+from autotune.trial_runner._pace import PacedRun, PacedRunFailed
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._process import free_port
 from autotune.trial_runner._trace import TRACE_ENV, trace_event, traced
@@ -21,6 +22,8 @@ __all__ = [
     "MetricsTail",
     "Monitor",
     "Outcome",
+    "PacedRun",
+    "PacedRunFailed",
     "ProcessTreeHandle",
     "RunHandle",
     "TickCallback",

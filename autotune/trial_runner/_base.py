@@ -6,6 +6,8 @@ A new launcher (Kubernetes, say) is one new file implementing :class:`Launcher` 
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -47,6 +49,21 @@ class RunHandle(abc.ABC):
         Returns when nothing of the run is left. Safe to call more than once and after a normal exit
         (then it only sweeps stragglers).
         """
+
+    def pause(self) -> None:
+        """Freeze the ranks and their DataLoader workers (SIGSTOP), so a paced run costs the machine nothing
+        while another configuration of a race is measured (:mod:`autotune.trial_runner._pace`)."""
+        for procs in self.rank_processes().values():
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.suspend()
+
+    def resume(self) -> None:
+        """Undo :meth:`pause` (SIGCONT to the same processes)."""
+        for procs in self.rank_processes().values():
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.resume()
 
     def held(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
         """The cores (numbers) and GPUs (as CUDA_VISIBLE_DEVICES names them) of this machine the run holds,
@@ -95,3 +112,13 @@ class Launcher(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release anything held across trials."""
+
+    #: Whether runs of this launcher can be paced: alive together, one measured at a time, the others frozen
+    #: between their blocks (a confirmation race). Only launchers whose runs live on this machine can.
+    paces: bool = False
+
+    @contextlib.contextmanager
+    def sharing(self, plan: TrialPlan) -> Iterator[None]:
+        """Inside it, the runs launched hold one lease together (a race's runs, only one of which runs at a
+        time) instead of each waiting for the others' cores. Launchers that lease nothing do nothing."""
+        yield

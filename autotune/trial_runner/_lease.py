@@ -111,6 +111,10 @@ class Lease:
     def held(self) -> bool:
         return bool(self._fds)
 
+    def borrowed(self) -> Lease:
+        """The same cores and GPUs for a run that shares this lease: its release leaves this one held."""
+        return Lease(self.cores, self.gpus)
+
     def __enter__(self) -> Lease:
         return self
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -181,6 +182,7 @@ class ProcessTreeHandle(RunHandle):
             with contextlib.suppress(psutil.Error, OSError):
                 groups.add(os.getpgid(proc.pid))
         groups.discard(os.getpgid(0))
+        _signal(groups, procs, signal.SIGCONT)  # a paused run (pause()) takes no SIGTERM until continued
         _signal(groups, procs, signal.SIGTERM)
         _, alive = psutil.wait_procs(procs, timeout=grace_s)
         _signal(groups, alive, signal.SIGKILL)
@@ -244,6 +246,26 @@ class MachineLauncher(Launcher):
             _SUBREAPER["before"] = was
         self._subreaper = True
 
+    paces = True
+
+    @contextlib.contextmanager
+    def sharing(self, plan: TrialPlan) -> Iterator[None]:
+        lease = lease_for(self.leases, plan, None, self.lease_timeout_s)
+        self._shared: Lease | None = lease
+        try:
+            yield
+        finally:
+            self._shared = None
+            lease.release()
+
+    def lease(self, plan: TrialPlan, trial_dir: Path) -> Lease:
+        """The lease a run starts under: its own, or the one shared inside :meth:`sharing` (which its handle's
+        terminate leaves held)."""
+        shared = getattr(self, "_shared", None)
+        if shared is not None:
+            return shared.borrowed()
+        return lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)
+
     def close(self) -> None:
         """Stop being the subreaper of trial orphans once no launcher needs it, unless this process was one
         before the first launcher (a calibrate() caller's process is left as it was)."""
@@ -284,7 +306,7 @@ class LocalLauncher(MachineLauncher):
 
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
         out, err = trial_dir / "launcher.out", trial_dir / "launcher.err"
-        lease = lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)
+        lease = self.lease(plan, trial_dir)
         try:
             with out.open("wb") as stdout, err.open("wb") as stderr:
                 proc = subprocess.Popen(
@@ -306,11 +328,13 @@ class LocalLauncher(MachineLauncher):
         return ProcessTreeHandle(proc, trial_dir, err, lease=lease)
 
 
-def lease_for(leases: LeaseBoard, plan: TrialPlan, trial_dir: Path, timeout_s: float | None) -> Lease:
-    """Hold the cores (and GPUs) of one trial. A trial that had to wait for them has its launch time in
-    config.json moved to now, so its time to first step does not count the wait."""
+def lease_for(leases: LeaseBoard, plan: TrialPlan, trial_dir: Path | None, timeout_s: float | None) -> Lease:
+    """Hold the cores (and GPUs) of one trial (None: of a race, see ``MachineLauncher.sharing``). A trial that
+    had to wait for them has its launch time in config.json moved to now, so its time to first step does not
+    count the wait."""
     request = leases.request(plan.config.world_size, plan.config.device)
-    lease = leases.acquire(request, timeout_s=timeout_s, what=f"trial {trial_dir.name}")
-    if lease.waited_s > 0.05:
+    what = f"trial {trial_dir.name}" if trial_dir is not None else "the confirmation race"
+    lease = leases.acquire(request, timeout_s=timeout_s, what=what)
+    if lease.waited_s > 0.05 and trial_dir is not None:
         plan.model_copy(update={"launched_at": time.time()}).write(trial_dir)
     return lease

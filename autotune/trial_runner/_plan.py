@@ -16,6 +16,8 @@ METRICS_FILE = "metrics.jsonl"
 DONE_FILE = "done.json"
 APPLIED_FILE = "applied.json"
 HEARTBEAT_FILE = "heartbeat"
+GATE_FILE = "gate"  # a paced run: how many blocks the tuner has released (written by the tuner)
+PARKED_FILE = "parked"  # a paced run: how many blocks rank 0 has finished, written as it stops at the gate
 ERRORS_DIR = "errors"
 LAUNCHER_ERR_FILE = "launcher.err"  # the launcher's own stderr (torchrun, the warm leader, srun)
 LAUNCHER_EXIT_FILE = "launcher.exit"  # the warm leader's exit status
@@ -39,6 +41,11 @@ class TrialPlan(BaseModel):
     trace: bool = Field(False, description="record DDP all-reduce calls in applied.json (tests)")
     step_times: bool = Field(
         False, description="each rank writes its steps' end times and memory readings to steps.rank<N>.json"
+    )
+    pace_steps: int | None = Field(
+        None, ge=1,
+        description="a paced run (a confirmation race): after the warm-up, blocks of this many steps, each released "
+        "through the trial folder's gate file; it trains until it is ended",
     )
     evaluate: bool = Field(True, description="a complete trial evaluates the workload's eval_dataset (eval_loss)")
 

@@ -34,6 +34,7 @@ from autotune.trial_runner._apply import (
     shard_model,
 )
 from autotune.trial_runner._memory import MemorySampler
+from autotune.trial_runner._pace import Gate
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
 from autotune.trial_runner._trace import trace_event
 from autotune.trial_runner._warmup import Warmup
@@ -328,6 +329,11 @@ class Trainer:
         if limits.samples is not None:
             max_steps = min(max_steps, max(limits.warmup_steps + 1, math.ceil(limits.samples / cfg.global_batch)))
         warmup = Warmup.for_limits(limits, max_steps)
+        # A paced run (a confirmation race) trains in blocks of pace_steps after its warm-up, each one released
+        # by the tuner through the gate and followed by a stop there, until the tuner ends it.
+        gate = Gate(ctx.trial_dir, ctx.rank) if plan.pace_steps else None
+        if plan.pace_steps:
+            window, max_steps = plan.pace_steps, 1 << 40
         batches = _batches(self.loader, self.sampler)
         metrics_path = ctx.trial_dir / METRICS_FILE
         reduce_device = self.device
@@ -435,6 +441,9 @@ class Trainer:
                     }
                     with metrics_path.open("a") as f:
                         f.write(json.dumps(record) + "\n")
+            if gate is not None and (measuring or step == warmup.measure_from):
+                gate.wait(gate.blocks + 1 if measuring else 0)  # the warm-up's end, then each block's
+                mark = time.perf_counter()  # the stop at the gate is no part of the next block
             window_loss = torch.zeros((), device=self.device)
         memory.stop()
         if "warmup" not in self.applied:

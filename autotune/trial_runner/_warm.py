@@ -29,7 +29,6 @@ from autotune.trial_runner._local import (
     MachineLauncher,
     ProcessTreeHandle,
     launched,
-    lease_for,
     trial_environment,
 )
 from autotune.trial_runner._plan import LAUNCHER_ERR_FILE as ERR_FILE
@@ -164,7 +163,7 @@ class WarmLauncher(MachineLauncher):
             self._spawn(plan)
 
     def launch(self, plan: TrialPlan, trial_dir: Path) -> RunHandle:
-        lease = lease_for(self.leases, plan, trial_dir, self.lease_timeout_s)
+        lease = self.lease(plan, trial_dir)
         try:
             zygote = self._start(plan)
             lease.pin(zygote.pid)  # the trial's leader is forked now and inherits the leased cores

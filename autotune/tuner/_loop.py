@@ -14,7 +14,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
@@ -32,6 +31,8 @@ from autotune.tuner._confirmation import confirm, confirm_reserve_s
 from autotune.tuner._gp import preload_gp
 from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._observer import Observer
+from autotune.tuner._params import admissible_params, record_params
+from autotune.tuner._race import race_confirmation
 from autotune.tuner._recovery import (
     Heartbeat,
     Interrupted,
@@ -198,22 +199,11 @@ class Tuner:
             return
         config = self.space.default_config(self.spec.baseline)
         study.enqueue_trial(
-            self._admissible_params(config), user_attrs={"role": ROLE_BASELINE, "config": config.model_dump()}
+            admissible_params(self.space, config), user_attrs={"role": ROLE_BASELINE, "config": config.model_dump()}
         )
         started = warm_start(study, self.spec, self.space, config)
         if started.line:
             self.observer.warm_started(started.line)
-
-    def _admissible_params(self, config: TrialConfig) -> dict[str, Any]:
-        """The config's values of searched knobs that lie inside the space (others cannot be Optuna params)."""
-        distributions = self.space.distributions()
-        params = {}
-        for name, value in self.space.params_of(config).items():
-            dist = distributions[name]
-            with contextlib.suppress(ValueError, TypeError):
-                if dist._contains(dist.to_internal_repr(value)):
-                    params[name] = value
-        return params
 
     # -- one trial ------------------------------------------------------------------------------------
     def run_one(
@@ -226,7 +216,7 @@ class Tuner:
         sampler = None  # the sampler that proposed the configuration, recorded on the trials it proposed
         if ("config" in trial.user_attrs and role != ROLE_SEARCH) or "retry_of" in trial.user_attrs:
             config = TrialConfig.model_validate(trial.user_attrs["config"])
-            self._record_params(trial, config)
+            record_params(self.space, trial, config)
         else:
             with traced("suggest", trial=trial.number):  # the sampler's fit and search, a commit per knob
                 config = self.space.suggest(trial)
@@ -309,19 +299,6 @@ class Tuner:
             )
         return name
 
-    def _record_params(self, trial: optuna.Trial, config: TrialConfig) -> None:
-        """Ask Optuna for the enqueued params of a fixed config, so the trial carries them."""
-        fixed = self._admissible_params(config)
-        distributions = self.space.distributions()
-        for name in fixed:
-            dist = distributions[name]
-            if isinstance(dist, optuna.distributions.IntDistribution):
-                trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
-            elif isinstance(dist, optuna.distributions.FloatDistribution):  # hp.<name> ranges
-                trial.suggest_float(name, dist.low, dist.high, log=dist.log, step=dist.step)
-            elif isinstance(dist, optuna.distributions.CategoricalDistribution):
-                trial.suggest_categorical(name, list(dist.choices))
-
     def _pruning(self, study: optuna.Study, trial: optuna.Trial, *, prune: bool) -> Callable[[Window], bool] | None:
         """The monitor's window callback (:func:`autotune.tuner._telling.pruning_hook`)."""
         return pruning_hook(self.spec, study, trial, prune=prune)
@@ -333,17 +310,29 @@ class Tuner:
 
     # -- confirmation -----------------------------------------------------------------------------------
     def confirm(self, study: optuna.Study, launcher: Launcher, *, deadline: float | None = None) -> None:
-        """Re-measure the top configurations and the baseline, interleaved, until each has ``repeats``
-        confirmation runs; the summary then picks the best by the median of all its measurements. A run
-        expected to end past ``deadline`` (this tuner's clock) is not started."""
+        """Race the top configurations against the baseline where the launcher paces its runs
+        (:mod:`autotune.tuner._race`), else re-measure them and the baseline, interleaved
+        (:mod:`autotune.tuner._confirmation`). Nothing expected to end past ``deadline`` is started."""
 
-        def run(group: Group) -> None:
+        def queue(group: Group, race: bool = False) -> None:
             config = TrialConfig.model_validate(group.config)
-            study.enqueue_trial(
-                self._admissible_params(config),
-                user_attrs={"role": ROLE_CONFIRM, "config": group.config, "confirms": group.trials[0]},
-                skip_if_exists=False,
-            )
+            attrs = {"role": ROLE_CONFIRM, "config": group.config, "confirms": group.trials[0]}
+            extra = {"race": True} if race else {}
+            study.enqueue_trial(admissible_params(self.space, config), user_attrs={**attrs, **extra},
+                                skip_if_exists=False)
+
+        def rerun(group: Group) -> None:
+            queue(group)
             self.run_one(study, launcher)
 
-        confirm(study, self.spec, run, observer=self.observer, clock=self.clock, deadline=deadline)
+        def enter(group: Group) -> optuna.Trial:
+            queue(group, race=True)
+            trial = ask(study)
+            record_params(self.space, trial, TrialConfig.model_validate(group.config))
+            set_user_attrs(trial, {"config_key": config_key(group.config), "worker": self.identity})
+            return trial
+
+        if not race_confirmation(study, self.spec, self._run_trial, launcher, enter=enter, observer=self.observer,
+                                 tell=lambda trial, result: self.tell(study, trial, result), clock=self.clock,
+                                 deadline=deadline):
+            confirm(study, self.spec, rerun, observer=self.observer, clock=self.clock, deadline=deadline)

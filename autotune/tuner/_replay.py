@@ -20,7 +20,7 @@ from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
 from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window
 
-__all__ = ["Landscape", "Measured", "NoLaunch", "recorded_runner", "replay_runner"]
+__all__ = ["Landscape", "Measured", "NoLaunch", "ReplayEntrant", "ReplayRunner", "recorded_runner", "replay_runner"]
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,62 @@ class NoLaunch(Launcher):
         raise LaunchError("a replayed study launches nothing; give Tuner(run_trial=replay_runner(...))")
 
 
-def replay_runner(landscape: Landscape) -> Callable[..., TrialResult]:
+class ReplayEntrant:
+    """A configuration in a replayed confirmation race (autotune/tuner/_race.py): each block is one reading of
+    the landscape (``landscape(config, times measured before)``), as long as the plan's ``pace_steps`` take at
+    that throughput."""
+
+    def __init__(self, landscape: Landscape, plan: TrialPlan, trial_dir: Path, seen: dict[str, int]) -> None:
+        self.landscape, self.plan, self.trial_dir, self.seen = landscape, plan, trial_dir, seen
+        self.windows: list[Window] = []
+        self.wall_s = 0.0
+
+    def start(self, timeout_s: float) -> None:
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        self.plan.write(self.trial_dir)
+        self.wall_s = 2.0
+
+    def block(self, timeout_s: float) -> Window:
+        config, steps = self.plan.config, self.plan.pace_steps or 1
+        key = config.model_dump_json()
+        m = self.landscape(config, self.seen.get(key, 0))
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if m.outcome is not Outcome.COMPLETE:
+            raise RuntimeError(f"replayed {m.outcome.value}")
+        speed = m.throughput_samples_s
+        self.wall_s += steps * config.global_batch / speed if speed > 0 else 1.0
+        step = self.plan.limits.warmup_steps + steps * (len(self.windows) + 1)
+        window = Window(step=step, samples=step * config.global_batch, elapsed_s=self.wall_s,
+                        window_throughput_samples_s=speed, throughput_samples_s=speed, loss=m.loss,
+                        peak_memory_mb=m.peak_memory_mb, time_to_first_step_s=1.0, settled=True)
+        self.windows.append(window)
+        return window
+
+    def close(self) -> None:
+        pass
+
+
+class ReplayRunner:
+    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in a landscape (it is
+    callable as ``run_trial``; ``paced`` opens a confirmation race's entrant)."""
+
+    def __init__(self, landscape: Landscape, run: Callable[..., TrialResult], seen: dict[str, int]) -> None:
+        self.landscape, self._run, self.seen = landscape, run, seen
+
+    def __call__(self, *args: Any, **kwargs: Any) -> TrialResult:
+        return self._run(*args, **kwargs)
+
+    def paced(self, plan: TrialPlan, trial_dir: Path) -> ReplayEntrant:
+        return ReplayEntrant(self.landscape, plan, trial_dir, self.seen)
+
+
+def replay_runner(landscape: Landscape) -> ReplayRunner:
     """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``.
 
     The windows are those of the study file's trial section (one every ``trial.window()`` steps after the
     warm-up, to ``max_steps``, or to ``trial.samples``); each goes to ``on_window`` (True: pruned), and a
-    peak over ``max_memory_mb`` ends the trial as oom, as the monitor does.
+    peak over ``max_memory_mb`` ends the trial as oom, as the monitor does. A confirmation race reads the
+    landscape once per block (:class:`ReplayEntrant`).
     """
     seen: dict[str, int] = {}
 
@@ -124,7 +174,7 @@ def replay_runner(landscape: Landscape) -> Callable[..., TrialResult]:
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
-    return run
+    return ReplayRunner(landscape, run, seen)
 
 
 def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable[..., TrialResult]:

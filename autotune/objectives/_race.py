@@ -1,0 +1,153 @@
+"""The confirmation race's statistics: configurations compared on readings taken seconds apart.
+
+A race (autotune/tuner/_race.py) measures its entrants — the best configurations of the search and the
+baseline — in rounds: every entrant once per round, one block of training each, in an order shuffled per
+round (Abedi & Brecht's randomized multiple interleaved trials, at the level of blocks of steps). The
+machine's drift (10-11% on the 2-core VM) moves every reading of a round alike, so the round is a block in
+the statistical sense: the log readings follow ``y[c, r] = mu[c] + rho[r] + e``, the round effect ``rho``
+carries the drift and is fitted away, and what is left, ``e``, is the noise of one block. Its variance is
+pooled over every entrant and round (residual degrees of freedom ``N - C - R + 1``), and a difference of two
+entrants, the log of their speed ratio, is the mean of their within-round differences with the ~95%
+interval ``t(df) * sigma * sqrt(1/n_a + 1/n_b)`` (Kalibera & Jones: the interval on the ratio, at the level
+where the variance lives). Relative half-widths are on the log scale: 0.05 is about ±5%.
+
+On the quickstart's MLP (benchmarks/README.md, "The confirmation race") the ratio of two configurations read
+in one round of 0.25 s blocks scattered 15% and over 2 s of each 5.4-6.2%, against 7-8.6% for one
+configuration's own readings: a short block's noise is mostly the step's own, which only more blocks average
+away; the drift is what the pairing removes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from autotune.trial_result import t975
+
+Rounds = Sequence[Mapping[str, float]]  # each round: entrant key -> its block's reading (samples/s)
+
+MIN_ROUNDS = 4  # before it, no entrant is dropped and the race does not stop (the noise is not yet known)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The additive model's fit: each entrant's effect (log scale), the noise of one block and its degrees of
+    freedom (None and 0 while there are too few readings to tell it)."""
+
+    effects: dict[str, float]
+    counts: dict[str, int]
+    sigma: float | None
+    df: int
+    level: float = 0.0  # the mean round effect: exp(effect + level) is an entrant's speed on the race's average round
+
+    def speed(self, key: str) -> float:
+        """The entrant's reading on the race's average round (samples/s), the drift taken out."""
+        return math.exp(self.effects[key] + self.level)
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """``a`` against ``b``: ``log_ratio`` (positive: ``a`` reads higher), its ~95% half-width (None: unknown),
+    the rounds both were read in."""
+
+    a: str
+    b: str
+    log_ratio: float
+    half_width: float | None
+    rounds: int
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.log_ratio)
+
+    @property
+    def separated(self) -> bool:
+        """The interval excludes no difference: one of the two is faster."""
+        return self.half_width is not None and abs(self.log_ratio) > self.half_width
+
+    def rounds_to_separate(self, df: int) -> int | None:
+        """About how many rounds in all would part the two at their present gap (None: no affordable number,
+        the gap is under 0.5%)."""
+        if self.half_width is None or self.rounds == 0:
+            return None
+        if abs(self.log_ratio) < 0.005:
+            return None
+        scale = self.half_width * math.sqrt(self.rounds) / t975(max(1, df))  # sigma * sqrt(2)
+        return math.ceil((1.96 * scale / abs(self.log_ratio)) ** 2)
+
+
+def fit(rounds: Rounds, iterations: int = 50) -> Fit:
+    """Fit ``log y[c, r] = mu[c] + rho[r] + e`` to the rounds (an entrant missing from a round, dropped or
+    not yet started, is simply absent) by alternating means."""
+    logs = [{k: math.log(v) for k, v in r.items() if v > 0} for r in rounds]
+    logs = [r for r in logs if r]
+    keys = sorted({k for r in logs for k in r})
+    counts = {k: sum(k in r for r in logs) for k in keys}
+    mu = {k: statistics.fmean(r[k] for r in logs if k in r) for k in keys}
+    rho = [0.0] * len(logs)
+    for _ in range(iterations):
+        rho = [statistics.fmean(v - mu[k] for k, v in r.items()) for r in logs]
+        mu = {k: statistics.fmean(r[k] - rho[i] for i, r in enumerate(logs) if k in r) for k in keys}
+    n = sum(len(r) for r in logs)
+    df = n - len(keys) - len(logs) + 1
+    level = statistics.fmean(rho) if rho else 0.0
+    if df < 1:
+        return Fit(mu, counts, None, 0, level)
+    squares = sum((v - mu[k] - rho[i]) ** 2 for i, r in enumerate(logs) for k, v in r.items())
+    return Fit(mu, counts, math.sqrt(squares / df), df, level)
+
+
+def contrast(rounds: Rounds, a: str, b: str, fitted: Fit | None = None) -> Contrast:
+    """``a`` against ``b`` over the rounds that read both (module docstring)."""
+    fitted = fitted or fit(rounds)
+    diffs = [math.log(r[a]) - math.log(r[b]) for r in rounds if r.get(a, 0) > 0 and r.get(b, 0) > 0]
+    if not diffs:
+        return Contrast(a, b, 0.0, None, 0)
+    mean = statistics.fmean(diffs)
+    if fitted.sigma is None:
+        return Contrast(a, b, mean, None, len(diffs))
+    width = t975(fitted.df) * fitted.sigma * math.sqrt(2 / len(diffs))
+    return Contrast(a, b, mean, width, len(diffs))
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a race stands: the leader (by effect), every entrant against it, the leader against the anchor
+    (the baseline), and the fit."""
+
+    leader: str
+    anchor: str
+    versus_leader: dict[str, Contrast]  # each other entrant: leader against it
+    speedup: Contrast | None  # the leader against the anchor; None when the anchor leads
+    fit: Fit
+
+    def runner_up(self) -> str | None:
+        """The entrant closest to the leader (the smallest lead over it)."""
+        if not self.versus_leader:
+            return None
+        return min(self.versus_leader, key=lambda k: self.versus_leader[k].log_ratio)
+
+    def losers(self) -> list[str]:
+        """Entrants the leader is separated from, the anchor never among them (it is read every round)."""
+        return [k for k, c in self.versus_leader.items() if k != self.anchor and c.separated and c.log_ratio > 0]
+
+    def decided(self, precision: float) -> bool:
+        """The leader is separated from every other entrant, and its speed-up over the anchor is known to
+        within ``precision`` (the anchor leading: separated from the rest is enough)."""
+        if not self.versus_leader or not all(c.separated and c.log_ratio > 0 for c in self.versus_leader.values()):
+            return False
+        if self.speedup is None:
+            return True
+        return self.speedup.half_width is not None and self.speedup.half_width <= precision
+
+
+def standing(rounds: Rounds, anchor: str, alive: Sequence[str] | None = None) -> Standing:
+    """The race's standing over ``rounds`` among the ``alive`` entrants (default: every one read)."""
+    fitted = fit(rounds)
+    keys = [k for k in (alive if alive is not None else fitted.effects) if k in fitted.effects]
+    leader = max(keys, key=lambda k: fitted.effects[k])
+    versus = {k: contrast(rounds, leader, k, fitted) for k in keys if k != leader}
+    speedup = contrast(rounds, leader, anchor, fitted) if leader != anchor and anchor in fitted.effects else None
+    return Standing(leader, anchor, versus, speedup, fitted)

@@ -1,0 +1,183 @@
+"""Paced runs: several configurations alive at once, measured one block at a time, the others frozen.
+
+A confirmation race (autotune/tuner/_race.py) compares configurations on readings taken seconds apart, so
+that the machine's drift (10-11% on the 2-core VM, at every time scale from 1.5 s to 30 s) is shared by the
+readings it compares instead of deciding between them. Each configuration is one run launched with
+``pace_steps``: after its warm-up its ranks train in blocks of that many steps. Between blocks every rank
+waits at a gate in the trial folder (``gate``: the blocks released so far, written by the tuner; ``parked``:
+the blocks done, written by rank 0 as it stops), outside the timed part of the loop, and the tuner then
+freezes the run's ranks and DataLoader workers (SIGSTOP, :meth:`RunHandle.pause`): a frozen run neither uses a
+core nor prefetches during another's block, and starts its next block with the queue it ended the last with.
+
+Rank side: :class:`Gate`. Tuner side: :class:`PacedRun`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.errors import LaunchError
+from autotune.trial_result import Window
+from autotune.trial_runner._base import Launcher, RunHandle
+from autotune.trial_runner._exit import read_json
+from autotune.trial_runner._monitor import MetricsTail
+from autotune.trial_runner._plan import (
+    ERRORS_DIR,
+    GATE_FILE,
+    HEARTBEAT_FILE,
+    METRICS_FILE,
+    PARKED_FILE,
+    TrialPlan,
+)
+
+GATE_POLL_S = 0.0005  # how often a parked rank looks at the gate (it is frozen most of the time it waits)
+TERMINATE_GRACE_S = 3.0
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _write_int(path: Path, value: int) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(value))
+    tmp.replace(path)
+
+
+class Gate:
+    """A rank's stop between blocks: :meth:`wait` records the blocks done and returns once the tuner released
+    the next one."""
+
+    def __init__(self, trial_dir: Path, rank: int) -> None:
+        self.gate = trial_dir / GATE_FILE
+        self.parked = trial_dir / PARKED_FILE
+        self.rank = rank
+        self.blocks = 0
+
+    def wait(self, blocks: int) -> None:
+        self.blocks = blocks
+        if self.rank == 0:
+            _write_int(self.parked, blocks)
+        while _read_int(self.gate) <= blocks:
+            time.sleep(GATE_POLL_S)
+
+
+class PacedRunFailed(RuntimeError):
+    """A paced run ended or stalled before its block did: its reason is the message."""
+
+
+class PacedRun:
+    """One configuration of a race: launched, warmed up, and then measured a block at a time.
+
+    :meth:`start` launches it and returns once its warm-up is done and it is frozen; :meth:`block` thaws it,
+    releases one block, waits for the block's window and freezes it again; :meth:`close` ends it (nothing of
+    it is left). Either raises :class:`PacedRunFailed` when the run exits or makes no progress in time.
+    """
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        plan: TrialPlan,
+        trial_dir: Path,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        poll_s: float = 0.001,
+    ) -> None:
+        if not plan.pace_steps:
+            raise ValueError("a paced run needs plan.pace_steps")
+        self.launcher = launcher
+        self.plan = plan
+        self.trial_dir = trial_dir
+        self.clock = clock
+        self.poll_s = poll_s
+        self.handle: RunHandle | None = None
+        self.tail = MetricsTail(trial_dir / METRICS_FILE)
+        self.windows: list[Window] = []
+        self.blocks = 0
+        self.wall_s = 0.0  # seconds this run was running (launch to its warm-up's end, plus its blocks)
+
+    def start(self, timeout_s: float) -> None:
+        self.plan = self.plan.model_copy(
+            update={
+                "launched_at": time.time(),
+                "tuner_pid": os.getpid(),
+                "step_timeout_s": min(self.plan.step_timeout_s, self.plan.limits.hang_seconds),
+            }
+        )
+        try:
+            self.trial_dir.mkdir(parents=True, exist_ok=True)
+            self.plan.write(self.trial_dir)
+            (self.trial_dir / HEARTBEAT_FILE).touch()
+            _write_int(self.trial_dir / GATE_FILE, 0)
+        except OSError as e:
+            raise LaunchError(
+                f"cannot write the trial folder {self.trial_dir}: {e.strerror or e}; free disk space or make it "
+                "writable"
+            ) from e
+        began = self.clock()
+        self.handle = self.launcher.launch(self.plan, self.trial_dir)
+        self._until_parked(0, began + timeout_s)
+        self.handle.pause()
+        self.wall_s += self.clock() - began
+
+    def block(self, timeout_s: float) -> Window:
+        """Run one block; its window (``window_throughput_samples_s`` is the block's reading)."""
+        handle = self._handle()
+        began = self.clock()
+        handle.resume()
+        _write_int(self.trial_dir / GATE_FILE, self.blocks + 1)
+        self._until_parked(self.blocks + 1, began + timeout_s)
+        handle.pause()
+        self.wall_s += self.clock() - began
+        self.blocks += 1
+        deadline = self.clock() + 5.0  # rank 0 writes the window before it parks; read until it is there
+        while len(self.windows) < self.blocks:
+            self.windows += self.tail.read()
+            if len(self.windows) < self.blocks:
+                if self.clock() > deadline:
+                    raise PacedRunFailed(f"block {self.blocks} left no window in {METRICS_FILE}")
+                time.sleep(self.poll_s)
+        return self.windows[self.blocks - 1]
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.terminate(TERMINATE_GRACE_S)
+
+    def _handle(self) -> RunHandle:
+        if self.handle is None:
+            raise LaunchError("the paced run was not started")
+        return self.handle
+
+    def _until_parked(self, blocks: int, deadline: float) -> None:
+        handle = self._handle()
+        parked = self.trial_dir / PARKED_FILE
+        while True:
+            if parked.exists() and _read_int(parked) >= blocks:
+                return
+            code = handle.poll()
+            if code is not None:
+                raise PacedRunFailed(self._why_ended(code))
+            if self.clock() > deadline:
+                raise PacedRunFailed(
+                    f"no {'warm-up end' if blocks == 0 else f'end of block {blocks}'} within its time: stopped"
+                )
+            time.sleep(self.poll_s)
+
+    def _why_ended(self, code: int) -> str:
+        errors = sorted((self.trial_dir / ERRORS_DIR).glob("rank*.json"))
+        for path in errors:
+            with contextlib.suppress(Exception):
+                data = read_json(path) or {}
+                if data.get("message"):
+                    return f"{path.stem}: {data.get('type', 'error')}: {data['message']}"
+        summary = self._handle().exit_summary()
+        return f"it exited with status {code}" + (f": {summary}" if summary else "") + (
+            f" (see {os.path.join(str(self.trial_dir), 'launcher.err')})" if not summary else ""
+        )

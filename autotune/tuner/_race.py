@@ -1,0 +1,308 @@
+"""The confirmation race: the search's best configurations and the baseline, measured side by side.
+
+Where the launcher can pace its runs (autotune/trial_runner/_pace.py) and the study has one throughput
+objective, the confirmation is a race (``confirm.method: race``, the default). Every entrant — the
+``confirm.top_k`` best configurations, the near misses that fill an empty place (``near_misses``), and the
+baseline as the anchor — is launched and warmed up once, then measured in rounds: each alive entrant trains
+one block of about ``confirm.block_s`` seconds, in an order shuffled every round, while the others are frozen.
+After ``MIN_ROUNDS`` rounds, each round: an entrant the leader is separated from is dropped (its processes
+ended; the baseline is never dropped), and the race stops once the leader is separated from every other
+entrant and its speed-up over the baseline is known to ``confirm.precision`` (autotune/objectives/_race.py:
+within-round ratios, the drift fitted away), or at ``confirm.rounds``, or when the study's ``timeout_s`` is
+near. Each entrant is one confirmation trial (role ``confirm``, ``race: true``); the readings of every round
+are the study attribute ``autotune_race``, from which :func:`autotune.objectives.choose` makes the choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+
+from autotune.objectives import MIN_ROUNDS, RACE_ATTR, Group, standing
+from autotune.search_space import TrialConfig
+from autotune.spec import StudySpec
+from autotune.trial_result import Outcome, TrialResult, Window
+from autotune.trial_runner import Launcher, PacedRun, TrialPlan, plan_for
+from autotune.trial_runner import run_trial as live_run_trial
+from autotune.tuner._confirmation import near_misses, top_groups
+from autotune.tuner._observer import Observer
+from autotune.tuner._recovery import Heartbeat
+from autotune.tuner._results import measured_groups
+from autotune.tuner._roles import ROLE_BASELINE
+from autotune.tuner._telling import tell_interrupted
+
+THROUGHPUT = "throughput_samples_s"
+
+
+class Entrant(Protocol):
+    """One configuration in a race: a paced run (live) or its replay."""
+
+    windows: list[Window]
+    wall_s: float
+
+    def start(self, timeout_s: float) -> None: ...
+
+    def block(self, timeout_s: float) -> Window: ...
+
+    def close(self) -> None: ...
+
+
+OpenEntrant = Callable[[TrialPlan, Path], Entrant]  # an entrant of the plan (with pace_steps) in its trial folder
+Enter = Callable[[Group], optuna.Trial]  # the confirmation trial a group races as (queued, asked, its attrs set)
+Tell = Callable[[optuna.Trial, TrialResult], None]
+
+
+class EntrantFailed(RuntimeError):
+    """An entrant that could not start or finish a block; the message is why."""
+
+
+def can_race(spec: StudySpec) -> bool:
+    """Whether the study's confirmation is a race: asked for, one objective, throughput."""
+    return (spec.confirm.method == "race" and spec.confirm.top_k > 0 and len(spec.objectives) == 1
+            and spec.objectives[0].key == THROUGHPUT)
+
+
+@dataclass
+class _Runner:
+    group: Group
+    trial: optuna.Trial
+    entrant: Entrant
+    block_samples: int
+    failed: str | None = None
+    readings: list[float] = field(default_factory=list)
+
+
+def race(
+    study: optuna.Study,
+    spec: StudySpec,
+    open_entrant: OpenEntrant,
+    *,
+    enter: Enter,
+    tell: Tell,
+    observer: Observer,
+    clock: Callable[[], float] = time.monotonic,
+    deadline: float | None = None,
+    beat: Callable[[optuna.Trial], None] = lambda trial: None,
+) -> bool:
+    """Race the study's best configurations against its baseline (module docstring). False, with nothing
+    started, when there is no baseline measurement to anchor the race to (the caller confirms by re-runs)."""
+    settings = spec.confirm
+    groups = measured_groups(study, spec)
+    baseline = _baseline(study, groups)
+    if baseline is None:
+        return False
+    candidates = top_groups(groups, spec, settings.top_k)
+    for group in near_misses(study, spec, groups, settings.top_k - len(candidates)):
+        observer.note(f"trial #{group.trials[0]} was pruned within two runs' scatter of the best and fewer than "
+                      "confirm.top_k configurations ran to their end: it races too")
+        candidates.append(group)
+    entrants = [baseline] + [g for g in candidates if g.config_key != baseline.config_key]
+    if len(entrants) < 2:
+        return False
+    rng = random.Random(spec.sampler.seed)
+    runners: dict[str, _Runner] = {}
+    record: dict[str, Any] = {"anchor": baseline.config_key, "entrants": {}, "rounds": [], "block_s": settings.block_s}
+    observer.note(f"confirmation race: {len(entrants) - 1} configuration(s) and the baseline, blocks of "
+                  f"~{settings.block_s:g} s in shuffled rounds, until the leader separates (at most {settings.rounds})")
+    with _closing(study, runners, tell):
+        for group in entrants:
+            runner = _start(study, spec, group, open_entrant, enter, beat)
+            runners[group.config_key] = runner
+            if runner.failed is not None:
+                if group is baseline:
+                    observer.note(f"the race's baseline could not start ({runner.failed}): confirming by re-runs")
+                    return False
+                observer.note(f"trial #{runner.trial.number} (#{group.trials[0]} racing) failed: {runner.failed}")
+            record["entrants"][group.config_key] = {
+                "trials": [*group.trials[:1], runner.trial.number], "config": dict(group.config),
+                "peak_memory_mb": group.peak_memory_mb, "loss": group.loss,
+            }
+        _rounds(study, spec, runners, record, observer=observer, rng=rng, clock=clock, deadline=deadline, beat=beat)
+    return True
+
+
+def _rounds(
+    study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], record: dict[str, Any], *,
+    observer: Observer, rng: random.Random, clock: Callable[[], float], deadline: float | None,
+    beat: Callable[[optuna.Trial], None],
+) -> None:
+    """The race's rounds, until it is decided, out of rounds, or out of time (module docstring)."""
+    settings, anchor = spec.confirm, record["anchor"]
+    alive = [k for k, r in runners.items() if r.failed is None]
+    started = clock()
+    for number in range(1, settings.rounds + 1):
+        order = list(alive)
+        rng.shuffle(order)
+        reading: dict[str, float] = {}
+        for key in order:
+            runner = runners[key]
+            try:
+                window = runner.entrant.block(_block_timeout(spec))
+            except (EntrantFailed, RuntimeError) as e:
+                runner.failed = str(e)
+                observer.note(f"trial #{runner.trial.number} failed in the race: {e}")
+                continue
+            reading[key] = window.window_throughput_samples_s
+            runner.readings.append(reading[key])
+            beat(runner.trial)
+        record["rounds"].append(reading)
+        record["round_s"] = (clock() - started) / number
+        alive = [k for k in alive if runners[k].failed is None]
+        if anchor not in alive or len(alive) < 2:
+            record["stopped"] = "an entrant failed"
+            break
+        stop = _judge(record, alive, number, settings.precision, settings.rounds)
+        study.set_user_attr(RACE_ATTR, record)
+        now = standing(record["rounds"], anchor, alive)
+        observer.note(_progress(number, now, runners))
+        for key in stop.dropped:
+            alive.remove(key)
+            runners[key].entrant.close()
+            observer.note(f"#{runners[key].group.trials[0]} dropped: slower than the leader beyond the noise")
+        if stop.reason:
+            record["stopped"] = stop.reason
+            break
+        if deadline is not None and clock() + record["round_s"] > deadline:
+            record["stopped"] = "the study's timeout_s"
+            break
+    else:
+        record["stopped"] = "confirm.rounds"
+    study.set_user_attr(RACE_ATTR, record)
+
+
+@dataclass
+class _Stop:
+    dropped: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def _judge(record: dict[str, Any], alive: list[str], number: int, precision: float, most: int) -> _Stop:
+    """After a round: who is dropped, and whether the race is over (decided, or a tie no affordable number of
+    rounds would part: then more rounds only narrow the speed-up, which is known to ``precision`` already)."""
+    if number < MIN_ROUNDS:
+        return _Stop()
+    now = standing(record["rounds"], record["anchor"], alive)
+    stop = _Stop(dropped=now.losers())
+    if now.decided(precision):
+        stop.reason = "decided"
+        return stop
+    runner_up = now.runner_up()
+    precise = now.speedup is None or (now.speedup.half_width is not None and now.speedup.half_width <= precision)
+    if runner_up is not None and precise:
+        needed = now.versus_leader[runner_up].rounds_to_separate(now.fit.df)
+        if needed is None or needed > 2 * most:
+            stop.reason = "a tie"
+    return stop
+
+
+def _progress(number: int, now: Any, runners: dict[str, _Runner]) -> str:
+    leader = runners[now.leader].group.trials[0]
+    if now.speedup is None:
+        return f"race round {number}: the baseline leads"
+    width = now.speedup.half_width
+    interval = f" ± {width:.0%}" if width is not None else ""
+    return f"race round {number}: #{leader} leads, {now.speedup.ratio:.2f}x{interval} over the baseline"
+
+
+def _block_timeout(spec: StudySpec) -> float:
+    return max(30.0, 20 * spec.confirm.block_s, float(spec.trial.hang_seconds))
+
+
+def _start(study: optuna.Study, spec: StudySpec, group: Group, open_entrant: OpenEntrant, enter: Enter,
+           beat: Callable[[optuna.Trial], None]) -> _Runner:
+    trial = enter(group)
+    config = TrialConfig.model_validate(group.config)
+    steps = max(1, round(spec.confirm.block_s * max(group.median, 1e-9) / config.global_batch))
+    plan = plan_for(spec, config, evaluate=False).model_copy(update={"pace_steps": steps})
+    trial_dir = spec.runs_dir() / f"trial-{trial.number:04d}"
+    entrant = open_entrant(plan, trial_dir)
+    runner = _Runner(group, trial, entrant, steps * config.global_batch)
+    try:
+        entrant.start(float(spec.trial.max_seconds))
+    except (EntrantFailed, RuntimeError) as e:
+        runner.failed = str(e)
+    beat(trial)
+    return runner
+
+
+@contextlib.contextmanager
+def _closing(study: optuna.Study, runners: dict[str, _Runner], tell: Tell) -> Iterator[None]:
+    """End every entrant's processes, then store each entrant's trial (its blocks as its windows); a race
+    stopped by Ctrl-C or SIGTERM stores its trials as interrupted (retried on resume)."""
+    try:
+        yield
+    except BaseException:
+        for runner in runners.values():
+            with contextlib.suppress(Exception):
+                runner.entrant.close()
+            tell_interrupted(study, runner.trial)
+        raise
+    for runner in runners.values():
+        with contextlib.suppress(Exception):
+            runner.entrant.close()
+    for runner in runners.values():
+        tell(runner.trial, _result(runner))
+
+
+def _result(runner: _Runner) -> TrialResult:
+    entrant = runner.entrant
+    windows = list(entrant.windows)
+    if runner.failed is not None and not windows:
+        return TrialResult(Outcome.CRASHED, reason=runner.failed, wall_s=entrant.wall_s)
+    result = TrialResult(Outcome.COMPLETE, reason=f"raced {len(windows)} block(s)", wall_s=entrant.wall_s)
+    result.take_windows(windows)
+    speeds = [w.window_throughput_samples_s for w in windows if w.window_throughput_samples_s > 0]
+    if speeds:  # every block holds block_samples: all of them over all their time
+        result.training_s = sum(runner.block_samples / v for v in speeds)
+        result.throughput_samples_s = len(speeds) * runner.block_samples / result.training_s
+    if runner.failed is not None:
+        result.reason += f", then failed: {runner.failed}"
+    return result
+
+
+def _baseline(study: optuna.Study, groups: list[Group]) -> Group | None:
+    keys = {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("role") == ROLE_BASELINE}
+    return next((g for g in groups if g.config_key in keys), None)
+
+
+
+def race_confirmation(
+    study: optuna.Study,
+    spec: StudySpec,
+    run_trial: Callable[..., TrialResult],
+    launcher: Launcher,
+    *,
+    enter: Enter,
+    tell: Tell,
+    observer: Observer,
+    clock: Callable[[], float] = time.monotonic,
+    deadline: float | None = None,
+) -> bool:
+    """Confirm the study by a race when it can (:func:`can_race`; a live launcher that paces its runs, or a
+    replay whose runner offers ``paced``) and return True; False when the caller should confirm by re-runs.
+    The live race's runs share one lease of the machine's cores: only one of them runs at a time."""
+    if not can_race(spec):
+        return False
+    paced = getattr(run_trial, "paced", None)
+    if paced is not None:
+        return race(study, spec, paced, enter=enter, tell=tell, observer=observer, clock=clock, deadline=deadline)
+    if run_trial is not live_run_trial or not launcher.paces:
+        return False
+    groups = measured_groups(study, spec)
+    if len({tuple(sorted(dict(g.config).get("env", {}).items())) for g in groups}) > 1:
+        return False  # a warm launcher forks each environment from its own zygote: one at a time
+    baseline = _baseline(study, groups)
+    if baseline is None:
+        return False
+    with launcher.sharing(plan_for(spec, TrialConfig.model_validate(baseline.config))):
+        return race(study, spec, lambda plan, trial_dir: PacedRun(launcher, plan, trial_dir), enter=enter,
+                    tell=tell, observer=observer, clock=clock, deadline=deadline,
+                    beat=lambda trial: Heartbeat(study, trial, clock)())
