@@ -42,6 +42,7 @@ def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
         default_is_best=summary.default_is_best,
         speedup_half_width=summary.speedup_half_width,
         statement=summary.statement,
+        advice=summary.advice,
     )
 
 

@@ -30,6 +30,7 @@ class Calibration:
             measured beat it by more than the measured spread.
         speedup_half_width: the speed-up's relative ~95% half-width (``speedup x (1 ± this)``; None: unknown).
         statement: how sure the choice is, ``best by X% (± Y%) over #N`` or ``tied within noise with ...``.
+        advice: when a confirmation race left the two leaders tied, what more rounds would take (else None).
     """
 
     config: TrialConfig
@@ -44,6 +45,7 @@ class Calibration:
     default_is_best: bool = False
     speedup_half_width: float | None = None
     statement: str | None = None
+    advice: str | None = None
 
     # -- the numbers ------------------------------------------------------------------------------------
     @property

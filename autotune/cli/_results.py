@@ -49,10 +49,21 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         "speedup_vs_baseline": summary.speedup,
         "speedup_half_width": summary.speedup_half_width,
         "statement": summary.statement,
+        "advice": summary.advice,
+        "confirmation": _race_facts(summary),
         "default_is_best": summary.default_is_best,
         "env": dict(config.env),
         **_knob_measurements(summary),
     }
+
+
+def _race_facts(summary: TuneSummary) -> dict[str, Any] | None:
+    """How the choice was confirmed, when by a race: its rounds, entrants, block and why it stopped."""
+    race = summary.study.user_attrs.get("autotune_race")
+    if not isinstance(race, dict):
+        return None
+    return {"method": "race", "rounds": len(race.get("rounds", [])), "entrants": len(race.get("entrants", {})),
+            "block_s": race.get("block_s"), "round_s": race.get("round_s"), "stopped": race.get("stopped")}
 
 
 def _knob_measurements(summary: TuneSummary) -> dict[str, Any]:

@@ -141,8 +141,16 @@ def noise_lines(summary: Any) -> list[str]:
     if summary.statement and summary.best is not None:
         record = summary.study.user_attrs.get("autotune_confirmation") or {}
         stopped = record.get("separable") is False  # the record's separable is true whenever separated is
+        race = summary.study.user_attrs.get("autotune_race")
         lines.append(f"trial #{summary.best_trial}: {summary.statement}"
-                     + ("; more re-runs, up to confirm.max_repeats, could not have separated them" if stopped else ""))
+                     + ("; more re-runs, up to confirm.max_repeats, could not have separated them"
+                        if stopped and not race else ""))
+        if isinstance(race, dict) and race.get("rounds"):
+            lines.append(f"confirmed by a race: {len(race['rounds'])} rounds of ~{race.get('block_s', 0):g} s blocks "
+                         f"({float(race.get('round_s') or 0):.1f} s a round), the speed-ups read within each round; "
+                         f"stopped: {race.get('stopped', 'running')}")
+    if summary.advice:
+        lines.append(summary.advice)
     if summary.left_out:
         numbers = ", ".join(f"#{n}" for n in summary.left_out)
         lines.append(f"trial {numbers} (the baseline's first run) read more than {FIRST_TRIAL_FAR_OFF:.0%} below its "

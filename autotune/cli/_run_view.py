@@ -108,6 +108,12 @@ class RunView(Observer):
             self.console.print(self.current)
         self._refresh()
 
+    def racing(self, line: str) -> None:
+        self.current = line
+        if self.live is None:
+            self.console.print(escape(line), highlight=False, soft_wrap=True)
+        self._refresh()
+
     def finished(self, summary: Any) -> None:
         self.stop()
 

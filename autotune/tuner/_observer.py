@@ -39,5 +39,9 @@ class Observer:
     def confirming(self, runs: int) -> None:
         """The confirmation phase starts: ``runs`` re-runs of the top configurations (and the baseline)."""
 
+    def racing(self, line: str) -> None:
+        """The confirmation race's standing after a round (``race round 5: #4 leads, 1.62x ± 9% over the
+        baseline``), or an entrant dropped or failed."""
+
     def finished(self, summary: TuneSummary) -> None:
         """The run is over."""

@@ -16,6 +16,7 @@ are the study attribute ``autotune_race``, from which :func:`autotune.objectives
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import Launcher, PacedRun, TrialPlan, plan_for
 from autotune.trial_runner import run_trial as live_run_trial
-from autotune.tuner._confirmation import near_misses, top_groups
+from autotune.tuner._confirmation import confirmation_record, near_misses, top_groups
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import Heartbeat
 from autotune.tuner._results import measured_groups
@@ -46,6 +47,7 @@ class Entrant(Protocol):
 
     windows: list[Window]
     wall_s: float
+    trial_dir: Path
 
     def start(self, timeout_s: float) -> None: ...
 
@@ -111,7 +113,7 @@ def race(
     record: dict[str, Any] = {"anchor": baseline.config_key, "entrants": {}, "rounds": [], "block_s": settings.block_s}
     observer.note(f"confirmation race: {len(entrants) - 1} configuration(s) and the baseline, blocks of "
                   f"~{settings.block_s:g} s in shuffled rounds, until the leader separates (at most {settings.rounds})")
-    with _closing(study, runners, tell):
+    with _closing(study, spec, runners, tell):
         for group in entrants:
             runner = _start(study, spec, group, open_entrant, enter, beat)
             runners[group.config_key] = runner
@@ -147,7 +149,7 @@ def _rounds(
                 window = runner.entrant.block(_block_timeout(spec))
             except (EntrantFailed, RuntimeError) as e:
                 runner.failed = str(e)
-                observer.note(f"trial #{runner.trial.number} failed in the race: {e}")
+                observer.racing(f"trial #{runner.trial.number} failed in the race: {e}")
                 continue
             reading[key] = window.window_throughput_samples_s
             runner.readings.append(reading[key])
@@ -161,11 +163,11 @@ def _rounds(
         stop = _judge(record, alive, number, settings.precision, settings.rounds)
         study.set_user_attr(RACE_ATTR, record)
         now = standing(record["rounds"], anchor, alive)
-        observer.note(_progress(number, now, runners))
+        observer.racing(_progress(number, now, runners))
         for key in stop.dropped:
             alive.remove(key)
             runners[key].entrant.close()
-            observer.note(f"#{runners[key].group.trials[0]} dropped: slower than the leader beyond the noise")
+            observer.racing(f"#{runners[key].group.trials[0]} dropped: slower than the leader beyond the noise")
         if stop.reason:
             record["stopped"] = stop.reason
             break
@@ -233,9 +235,10 @@ def _start(study: optuna.Study, spec: StudySpec, group: Group, open_entrant: Ope
 
 
 @contextlib.contextmanager
-def _closing(study: optuna.Study, runners: dict[str, _Runner], tell: Tell) -> Iterator[None]:
-    """End every entrant's processes, then store each entrant's trial (its blocks as its windows); a race
-    stopped by Ctrl-C or SIGTERM stores its trials as interrupted (retried on resume)."""
+def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], tell: Tell) -> Iterator[None]:
+    """End every entrant's processes, then store each entrant's trial (its blocks as its windows) and the
+    choice (``autotune_confirmation``); a race stopped by Ctrl-C or SIGTERM stores its trials as interrupted
+    (retried on resume)."""
     try:
         yield
     except BaseException:
@@ -248,15 +251,25 @@ def _closing(study: optuna.Study, runners: dict[str, _Runner], tell: Tell) -> It
         with contextlib.suppress(Exception):
             runner.entrant.close()
     for runner in runners.values():
-        tell(runner.trial, _result(runner))
+        result = _result(runner)
+        with contextlib.suppress(OSError):
+            (runner.entrant.trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+        tell(runner.trial, result)
+    race = study.user_attrs.get(RACE_ATTR)
+    if isinstance(race, dict) and race.get("rounds"):
+        record = confirmation_record(study, spec)
+        record["separable"] = race.get("stopped") != "a tie"  # a tie: no affordable number of rounds parts them
+        study.set_user_attr("autotune_confirmation", record)
 
 
 def _result(runner: _Runner) -> TrialResult:
     entrant = runner.entrant
     windows = list(entrant.windows)
+    folder = str(entrant.trial_dir)
     if runner.failed is not None and not windows:
-        return TrialResult(Outcome.CRASHED, reason=runner.failed, wall_s=entrant.wall_s)
-    result = TrialResult(Outcome.COMPLETE, reason=f"raced {len(windows)} block(s)", wall_s=entrant.wall_s)
+        return TrialResult(Outcome.CRASHED, reason=runner.failed, wall_s=entrant.wall_s, trial_dir=folder)
+    result = TrialResult(Outcome.COMPLETE, reason=f"raced {len(windows)} block(s)", wall_s=entrant.wall_s,
+                         trial_dir=folder)
     result.take_windows(windows)
     speeds = [w.window_throughput_samples_s for w in windows if w.window_throughput_samples_s > 0]
     if speeds:  # every block holds block_samples: all of them over all their time

@@ -37,6 +37,7 @@ class TuneSummary:
     statement: str | None = None  # Choice.statement(): "best by X% (± Y%) over #N" or "tied within noise with ..."
     speedup_half_width: float | None = None  # relative: the speed-up is speedup x (1 ± this)
     left_out: tuple[int, ...] = ()  # the baseline's far-off first trial, re-measured rather than averaged in
+    advice: str | None = None  # Choice.advice: a race left its two leaders tied; what more rounds would take
 
     @property
     def metric(self) -> str:
@@ -84,4 +85,5 @@ def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
         statement=choice.statement(),
         speedup_half_width=choice.speedup_half_width,
         left_out=choice.left_out,
+        advice=choice.advice,
     )

@@ -36,7 +36,7 @@ class Notes(Observer):
 
 def _run(study_dir: Callable[..., StudyDir], top_k: int) -> tuple[Counter[int], list[str], list[str]]:
     sd = study_dir(f"near-{top_k}", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
-                   confirm={"top_k": top_k, "repeats": 1, "max_repeats": 1})
+                   confirm={"method": "reruns", "top_k": top_k, "repeats": 1, "max_repeats": 1})
     notes = Notes()
     summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape),
                     observer=notes).run(n_trials=4)

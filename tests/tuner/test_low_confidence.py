@@ -17,7 +17,7 @@ from .conftest import StudyDir
 
 SPACE = {"batch_size": {"choices": [16, 32, 64]}}
 TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
-CONFIRM = {"top_k": 1, "repeats": 1, "max_repeats": 4}
+CONFIRM = {"method": "reruns", "top_k": 1, "repeats": 1, "max_repeats": 4}
 
 
 def _run(sd: StudyDir, landscape: Callable[[TrialConfig, int], Measured]) -> TuneSummary:

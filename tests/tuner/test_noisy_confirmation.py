@@ -40,7 +40,7 @@ def test_leaders_that_max_repeats_could_not_separate_are_called_a_tie_without_mo
         return Measured(centre * (1.15 if repeat % 2 else 0.85))
 
     sd = study_dir("noisy-tie", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
-                   pruner={"name": "none"}, confirm={"top_k": 2, "repeats": 1, "max_repeats": 3})
+                   pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 2, "repeats": 1, "max_repeats": 3})
     summary = _run(sd, landscape)
     runs = _confirm_runs(summary.study)
     assert runs[32] == 1 and runs[64] == 1  # `repeats` only: the re-runs left could not separate them
@@ -62,7 +62,7 @@ def test_overlapping_leaders_that_could_still_separate_are_rerun_until_they_do(
         return Measured(centre * (0.88, 1.0, 1.12)[repeat % 3])
 
     sd = study_dir("noisy-parting", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
-                   pruner={"name": "none"}, confirm={"top_k": 1, "repeats": 1, "max_repeats": 6})
+                   pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 1, "repeats": 1, "max_repeats": 6})
     summary = _run(sd, landscape)
     runs = _confirm_runs(summary.study)
     assert runs[64] > 1 and runs[32] > 1 and runs[64] < 6  # re-run past `repeats`, stopped once apart
@@ -78,7 +78,7 @@ def test_separated_leaders_stop_at_repeats_and_say_best_by(study_dir: Callable[.
         return Measured(centre * (1.01 if repeat % 2 else 0.99))
 
     sd = study_dir("noisy-apart", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
-                   pruner={"name": "none"}, confirm={"top_k": 1, "repeats": 2, "max_repeats": 6})
+                   pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 1, "repeats": 2, "max_repeats": 6})
     summary = _run(sd, landscape)
     assert _confirm_runs(summary.study) == Counter({64: 2, 32: 2})  # separated after `repeats`: no more
     record = summary.study.user_attrs["autotune_confirmation"]
@@ -96,7 +96,7 @@ def test_a_first_trial_far_below_its_rerun_is_remeasured_not_averaged_in(study_d
 
     # (The baseline's batch, 32, is not searched: its only measurements are the baseline and confirmations.)
     sd = study_dir("cold-baseline", search_space={"batch_size": {"choices": [16, 64]}}, trial=TRIAL,
-                   sampler={"name": "grid"}, pruner={"name": "none"}, confirm={"top_k": 1, "repeats": 1})
+                   sampler={"name": "grid"}, pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 1, "repeats": 1})
     summary = _run(sd, landscape, n_trials=3)
     record = summary.study.user_attrs["autotune_confirmation"]
     assert record["left_out"] == [0]
@@ -118,7 +118,7 @@ def test_when_the_default_wins_after_its_cold_first_trial_is_left_out_its_rerun_
 
     sd = study_dir("cold-default", search_space={"batch_size": {"choices": [16, 64]}}, trial=TRIAL,
                    sampler={"name": "grid"}, pruner={"name": "none"},
-                   confirm={"top_k": 1, "repeats": 1, "max_repeats": 1})
+                   confirm={"method": "reruns", "top_k": 1, "repeats": 1, "max_repeats": 1})
     summary = _run(sd, landscape, n_trials=3)
     record = summary.study.user_attrs["autotune_confirmation"]
     assert record["left_out"] == [0] and record["default_is_best"] is True
@@ -128,7 +128,7 @@ def test_when_the_default_wins_after_its_cold_first_trial_is_left_out_its_rerun_
 
 
 def test_max_repeats_below_repeats_is_a_one_line_error(study_dir: Callable[..., StudyDir]) -> None:
-    sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"top_k": 1, "repeats": 3, "max_repeats": 2})
+    sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"method": "reruns", "top_k": 1, "repeats": 3, "max_repeats": 2})
     out = sd.autotune("validate", "study.yaml", "--no-build", timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip() == (
