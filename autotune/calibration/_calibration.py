@@ -25,7 +25,7 @@ class Calibration:
         throughput_samples_s: median throughput of the chosen configuration over its measurements.
         spread: (max - min) / median of those measurements.
         speedup: chosen median over the baseline's median (None without a measured baseline).
-        confirmed: whether the choice was confirmed by re-runs.
+        confirmed: whether the choice was confirmed (by a race or by re-runs).
         default_is_best: the chosen configuration is the baseline (the workload's defaults): nothing
             measured beat it by more than the measured spread.
         speedup_half_width: the speed-up's relative ~95% half-width (``speedup x (1 ± this)``; None: unknown).

@@ -85,7 +85,7 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     console.print(table)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
-                  f"{' (confirmed by re-runs)' if summary.confirmed else ''}[/]")
+                  f"{_confirmed_by(summary)}[/]")
     skipped = not_launched(summary.study)
     if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
         console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
@@ -123,6 +123,12 @@ def _noise(group: Any) -> str:
     if len(group.values) > 1:
         parts.append(f"spread {group.spread:.0%}")
     return f" ({', '.join(parts)})"
+
+
+def _confirmed_by(summary: Any) -> str:
+    if not summary.confirmed:
+        return ""
+    return " (confirmed by a race)" if summary.study.user_attrs.get("autotune_race") else " (confirmed by re-runs)"
 
 
 def _speedup_interval(summary: Any) -> str:

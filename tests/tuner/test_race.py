@@ -1,0 +1,75 @@
+"""The confirmation race with real ranks: paced runs freeze between their blocks, and `autotune run` at the
+default confirmation races its best configurations against the baseline and leaves nothing running."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autotune.search_space import study_space
+from autotune.trial_runner import PacedRun, WarmLauncher, plan_for
+from autotune.workload_check import load_spec
+from tests._processes import wait_no_leftovers
+
+from .conftest import assert_nothing_left, make_study
+
+
+def _stopped(procs: list[psutil.Process]) -> bool:
+    """Whether every process is stopped (SIGSTOP is delivered asynchronously: within a second)."""
+    deadline = time.monotonic() + 1.0
+    while not all(p.status() == psutil.STATUS_STOPPED for p in procs):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_paced_run_is_frozen_between_its_blocks_and_leaves_nothing(tmp_path: Path) -> None:
+    sd = make_study(tmp_path / "paced", "paced")
+    spec = load_spec(str(sd.file))
+    config = study_space(spec).default_config(spec.baseline)
+    launcher = WarmLauncher()
+    run = PacedRun(launcher, plan_for(spec, config).model_copy(update={"pace_steps": 4}), tmp_path / "paced" / "t")
+    try:
+        run.start(60)
+        assert run.handle is not None
+        ranks = [p for procs in run.handle.rank_processes().values() for p in procs]
+        assert ranks and _stopped(ranks)
+        beat = (run.trial_dir / "heartbeat").stat().st_mtime_ns
+        time.sleep(0.5)
+        assert (run.trial_dir / "heartbeat").stat().st_mtime_ns == beat  # no step while frozen
+        windows = [run.block(30) for _ in range(3)]
+        assert [w.step - windows[0].step for w in windows] == [0, 4, 8]  # 4 steps a block, each released once
+        assert all(w.window_throughput_samples_s > 0 for w in windows)
+        assert _stopped(ranks)
+    finally:
+        run.close()
+        launcher.close()
+    assert not wait_no_leftovers(run.trial_dir, within_s=10)
+
+
+@pytest.mark.slow
+def test_autotune_run_races_the_best_configurations_against_the_baseline(tmp_path: Path) -> None:
+    sd = make_study(tmp_path / "race", "race", search_space={"batch_size": {"choices": [16, 64]}},
+                    sampler={"name": "grid"}, pruner={"name": "none"},
+                    confirm={"top_k": 2, "rounds": 6, "block_s": 0.3})
+    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    study = sd.load()
+    race = study.user_attrs["autotune_race"]
+    assert 4 <= len(race["rounds"]) <= 6 and race["stopped"]
+    assert len(race["entrants"]) >= 2 and all(v > 0 for r in race["rounds"] for v in r.values())
+    raced = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("race")]
+    assert {t.user_attrs["config_key"] for t in raced} == set(race["entrants"])
+    assert all(t.user_attrs["role"] == "confirm" and t.state.is_finished() for t in raced)
+    record = study.user_attrs["autotune_confirmation"]
+    assert record["best_config_key"] in race["entrants"]
+    assert "confirmed by a race:" in out.stdout and "(confirmed by a race)" in out.stdout
+    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    payload = json.loads(best.stdout)
+    assert payload["confirmation"]["method"] == "race" and payload["confirmation"]["rounds"] == len(race["rounds"])
+    assert_nothing_left(study, sd)

@@ -1,0 +1,64 @@
+"""The confirmation race through the real Tuner, on a replayed landscape whose truth is known and whose
+machine drifts (a wave of ±12% over the study, as the 2-core VM's speed wanders): at the study file's
+defaults the choice is the true best, and the stated speed-up's interval holds the true one."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from autotune.objectives import choose
+from autotune.search_space import TrialConfig
+from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
+from autotune.workload_check import load_spec
+
+from .conftest import StudyDir
+
+SPACE = {"batch_size": {"choices": [16, 32, 64, 128]}, "num_workers": {"low": 0, "high": 2}}
+TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
+
+
+def truth(config: TrialConfig | dict[str, int]) -> float:
+    c = dict(config) if isinstance(config, dict) else config.model_dump()
+    speed = 1000.0 * (c["batch_size"] / 32) ** 0.3 * (1.6 if c["num_workers"] >= 1 else 1.0)
+    return speed * (0.95 if c["num_workers"] == 2 else 1.0)  # a second worker costs 5%: the best is one worker
+
+
+def drifting(seed: int) -> Callable[[TrialConfig, int], Measured]:
+    rng = random.Random(seed)
+    calls = [0]
+
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        calls[0] += 1
+        drift = 1 + 0.12 * math.sin(calls[0] / 8 + seed)
+        return Measured(truth(config) * drift * math.exp(rng.gauss(0, 0.06)))
+
+    return landscape
+
+
+def test_at_the_defaults_a_race_on_a_drifting_machine_chooses_the_true_best_with_an_honest_interval(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    held = best = 0
+    widths = []
+    for seed in range(4):
+        sd = study_dir(f"race-drift-{seed}", search_space=SPACE, trial=TRIAL, sampler={"name": "gp", "seed": seed})
+        summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(drifting(seed))).run(
+            n_trials=8)
+        choice = choose(summary.study)
+        race = summary.study.user_attrs["autotune_race"]
+        assert len(race["rounds"]) >= 4 and race["stopped"]
+        assert choice.best is not None and choice.baseline is not None and choice.speedup is not None
+        assert choice.speedup_half_width is not None
+        widths.append(choice.speedup_half_width)
+        true_speedup = truth(dict(choice.best.config)) / truth(dict(choice.baseline.config))
+        held += abs(math.log(choice.speedup / true_speedup)) <= choice.speedup_half_width
+        best += truth(dict(choice.best.config)) >= 0.99 * truth({"batch_size": 128, "num_workers": 1})
+        raced = [t for t in summary.study.get_trials(deepcopy=False) if t.user_attrs.get("race")]
+        assert len(raced) == len(race["entrants"]) and all(t.user_attrs["outcome"] == "complete" for t in raced)
+        for t in raced:  # each entrant's trial holds its blocks as its windows
+            assert len(t.user_attrs["windows"]) == sum(t.user_attrs["config_key"] in r for r in race["rounds"])
+        assert summary.study.user_attrs["autotune_confirmation"]["best_config_key"] == choice.best.config_key
+    assert best >= 3 and held >= 3
+    assert max(widths) <= 0.1
