@@ -51,7 +51,8 @@ __all__ = [
     "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision", "RunningTimeToLoss", "Separation", "Standing",
     "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race",
     "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast", "could_separate",
-    "dominates", "estimate_time_to_loss", "fit", "explain_choice", "group_measurements", "half_width", "is_reference",
+    "dominates", "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width",
+    "is_reference",
     "loss_noise_floor", "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front",
     "pooled_sd", "running_value", "standing", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

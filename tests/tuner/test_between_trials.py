@@ -159,7 +159,8 @@ def test_the_hand_over_to_tpe_is_said_once_recorded_on_each_trial_and_summed_up(
     roles = {t.number: t.user_attrs["role"] for t in trials}
     assert [samplers[n] for n in range(10)] == [None, *["gp"] * 5, *["tpe"] * 4]  # #0: the baseline
     assert all(samplers[n] is None for n, role in roles.items() if role == "confirm") and "confirm" in roles.values()
-    assert [n for n in notes if "TPE" in n] == ["trial #6: the GP's ask grows with every trial, so past 6 finished trials TPE proposes the rest "
+    said = [n for n in notes if "TPE" in n]
+    assert said == ["trial #6: the GP's ask grows with every trial, so past 6 finished trials TPE proposes the rest "
                      "of the study (docs/reference.md: the default sampler)"]
     assert "trials #6-#9 (4) were proposed by TPE: the GP's ask grows with every trial, and past its trial limit " \
            "the default sampler hands over (docs/reference.md)" in noise_lines(summary)

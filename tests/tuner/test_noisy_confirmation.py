@@ -96,7 +96,8 @@ def test_a_first_trial_far_below_its_rerun_is_remeasured_not_averaged_in(study_d
 
     # (The baseline's batch, 32, is not searched: its only measurements are the baseline and confirmations.)
     sd = study_dir("cold-baseline", search_space={"batch_size": {"choices": [16, 64]}}, trial=TRIAL,
-                   sampler={"name": "grid"}, pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 1, "repeats": 1})
+                   sampler={"name": "grid"}, pruner={"name": "none"},
+                   confirm={"method": "reruns", "top_k": 1, "repeats": 1})
     summary = _run(sd, landscape, n_trials=3)
     record = summary.study.user_attrs["autotune_confirmation"]
     assert record["left_out"] == [0]
@@ -128,7 +129,8 @@ def test_when_the_default_wins_after_its_cold_first_trial_is_left_out_its_rerun_
 
 
 def test_max_repeats_below_repeats_is_a_one_line_error(study_dir: Callable[..., StudyDir]) -> None:
-    sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"method": "reruns", "top_k": 1, "repeats": 3, "max_repeats": 2})
+    sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"method": "reruns", "top_k": 1, "repeats": 3,
+                                                                  "max_repeats": 2})
     out = sd.autotune("validate", "study.yaml", "--no-build", timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip() == (
