@@ -129,15 +129,25 @@ def settled_once(study: optuna.Study, group: Group) -> bool:
                if t.number in numbers)
 
 
+#: The rounds a race is expected to take when the search leaves it time (the replayed drifting landscapes of
+#: benchmarks/drift_decisions.py took a median of 14).
+RESERVED_ROUNDS = 15
+
+
 def confirm_reserve_s(study: optuna.Study, spec: StudySpec, timeout_s: float | None) -> float:
-    """The time the confirmation runs are expected to take: the median finished trial's wall time per
-    run, at most half of ``timeout_s`` (0 before any trial finished)."""
+    """The time the confirmation is expected to take, at most half of ``timeout_s`` (0 before any trial
+    finished): by re-runs, the median finished trial's wall time per run; a race, that per entrant (its
+    start) and :data:`RESERVED_ROUNDS` rounds of a block each."""
     settings = spec.confirm
     if settings.top_k == 0 or timeout_s is None:
         return 0.0
     walls = wall_times(study)
     if not walls:
         return 0.0
+    if settings.method == "race":  # each entrant's start (about a trial), then rounds of a block each
+        entrants = settings.top_k + 1
+        expected = entrants * statistics.median(walls) + RESERVED_ROUNDS * entrants * settings.block_s
+        return min(expected, timeout_s / 2)
     runs = (settings.top_k + 1) * settings.repeats  # the top configurations and the baseline
     return min(runs * statistics.median(walls), timeout_s / 2)
 
