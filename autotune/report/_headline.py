@@ -48,6 +48,8 @@ class Headline(NamedTuple):
     statement: str | None = None  # "best by X% (± Y%) over #N" or "tied within noise with ..." (choose())
     speedup_half_width: float | None = None  # relative: the speed-up is speedup x (1 ± this)
     busy: str | None = None  # the one-line warning naming the trials measured on a busy machine
+    race: str | None = None  # how a confirmation race ran ("12 rounds of ~0.5 s blocks, stopped: decided")
+    advice: str | None = None  # a race that left its leaders tied: what more rounds would take
 
 
 
@@ -145,6 +147,15 @@ def best_record(study: optuna.Study, records: Sequence[TrialRecord] | None = Non
     return max(candidates, key=lambda r: (sign * r.values[0] if r.values else -math.inf, -r.number))
 
 
+def _race_line(study: optuna.Study) -> str | None:
+    race = study.user_attrs.get("autotune_race")
+    if not isinstance(race, Mapping) or not race.get("rounds"):
+        return None
+    return (f"a race against the baseline: {len(race['rounds'])} rounds of ~{race.get('block_s', 0):g} s blocks, "
+            f"{len(race.get('entrants', {}))} configurations alive together, the speed-ups read within each "
+            f"round; stopped: {race.get('stopped', 'running')}")
+
+
 def headline_data(study: optuna.Study) -> Headline:
     """Best against baseline.
 
@@ -168,7 +179,8 @@ def headline_data(study: optuna.Study) -> Headline:
             speedup = _ratio(best_side.throughput_samples_s, baseline_side.throughput_samples_s)
         return Headline(study.study_name, "confirmation" if choice.confirmed else "trials", best_side, baseline_side,
                         speedup, len(records), ordered, n_feasible, None, statement=choice.statement(),
-                        speedup_half_width=choice.speedup_half_width, busy=busy_warning(study))
+                        speedup_half_width=choice.speedup_half_width, busy=busy_warning(study),
+                        race=_race_line(study), advice=choice.advice)
     note = None
     raw = study.user_attrs.get("autotune_confirmation")
     if raw is not None:

@@ -151,6 +151,10 @@ def _headline_html(h: Headline) -> str:
         lines.append("<b>Baseline</b>: no baseline trial stored")
     if h.statement:  # the winner against the runner-up: never a bare winner
         lines.append(f'<b>Noise</b>: <span id="statement">{_e(h.statement)}</span>')
+    if h.race:
+        lines.append(f'<b>Confirmation</b>: <span id="race">{_e(h.race)}</span>')
+    if h.advice:
+        lines.append(f'<span id="advice">{_e(h.advice)}</span>')
     note = f'<p class="note">{_e(h.note)}</p>' if h.note else ""
     if h.busy:
         note += f'<p class="note" id="busy">{_e(h.busy)}</p>'

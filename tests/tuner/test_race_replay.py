@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 
 from autotune.objectives import choose
+from autotune.report import headline_data
 from autotune.search_space import TrialConfig
 from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
 from autotune.workload_check import load_spec
@@ -60,5 +61,9 @@ def test_at_the_defaults_a_race_on_a_drifting_machine_chooses_the_true_best_with
         for t in raced:  # each entrant's trial holds its blocks as its windows
             assert len(t.user_attrs["windows"]) == sum(t.user_attrs["config_key"] in r for r in race["rounds"])
         assert summary.study.user_attrs["autotune_confirmation"]["best_config_key"] == choice.best.config_key
+        headline = headline_data(summary.study)  # the report's headline says the same, and how it was confirmed
+        assert headline.statement == choice.statement() and headline.speedup == choice.speedup
+        said = f"a race against the baseline: {len(race['rounds'])} rounds"
+        assert headline.race is not None and headline.race.startswith(said)
     assert best >= 3 and held >= 3
     assert max(widths) <= 0.1
