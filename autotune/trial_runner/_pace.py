@@ -26,6 +26,7 @@ from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._exit import read_json
 from autotune.trial_runner._monitor import MetricsTail
 from autotune.trial_runner._plan import (
+    DONE_FILE,
     ERRORS_DIR,
     GATE_FILE,
     HEARTBEAT_FILE,
@@ -51,9 +52,12 @@ def _write_int(path: Path, value: int) -> None:
     tmp.replace(path)
 
 
+FINISH = -1  # the gate's value that ends a paced run: the ranks leave the loop, evaluate and write done.json
+
+
 class Gate:
-    """A rank's stop between blocks: :meth:`wait` records the blocks done and returns once the tuner released
-    the next one."""
+    """A rank's stop between blocks: :meth:`wait` records the blocks done and returns True once the tuner
+    released the next one, False when it asked the run to finish (:data:`FINISH`)."""
 
     def __init__(self, trial_dir: Path, rank: int) -> None:
         self.gate = trial_dir / GATE_FILE
@@ -61,11 +65,16 @@ class Gate:
         self.rank = rank
         self.blocks = 0
 
-    def wait(self, blocks: int) -> None:
+    def wait(self, blocks: int) -> bool:
         self.blocks = blocks
         if self.rank == 0:
             _write_int(self.parked, blocks)
-        while _read_int(self.gate) <= blocks:
+        while True:
+            allowed = _read_int(self.gate)
+            if allowed == FINISH:
+                return False
+            if allowed > blocks:
+                return True
             time.sleep(GATE_POLL_S)
 
 
@@ -145,6 +154,23 @@ class PacedRun:
                     raise PacedRunFailed(f"block {self.blocks} left no window in {METRICS_FILE}")
                 time.sleep(self.poll_s)
         return self.windows[self.blocks - 1]
+
+    def finish(self, timeout_s: float) -> dict[str, object] | None:
+        """Let the run end as a trial does: its ranks leave the loop, evaluate the workload's eval_dataset when
+        the plan says so, and rank 0 writes done.json, which is returned (None: it did not within
+        ``timeout_s``). The run is ended either way."""
+        handle = self._handle()
+        try:
+            handle.resume()
+            _write_int(self.trial_dir / GATE_FILE, FINISH)
+            deadline = self.clock() + timeout_s
+            done = self.trial_dir / DONE_FILE
+            while not done.exists() and handle.poll() is None and self.clock() < deadline:
+                time.sleep(self.poll_s * 10)
+            data = read_json(done)
+            return data if isinstance(data, dict) else None
+        finally:
+            self.close()
 
     def close(self) -> None:
         if self.handle is not None:

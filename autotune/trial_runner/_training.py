@@ -442,7 +442,9 @@ class Trainer:
                     with metrics_path.open("a") as f:
                         f.write(json.dumps(record) + "\n")
             if gate is not None and (measuring or step == warmup.measure_from):
-                gate.wait(gate.blocks + 1 if measuring else 0)  # the warm-up's end, then each block's
+                if not gate.wait(gate.blocks + 1 if measuring else 0):  # the warm-up's end, then each block's
+                    reason = f"paced: {gate.blocks} block(s)"
+                    break  # the race is over: evaluate and finish as a trial does
                 mark = time.perf_counter()  # the stop at the gate is no part of the next block
             window_loss = torch.zeros((), device=self.device)
         memory.stop()

@@ -54,6 +54,8 @@ class Entrant(Protocol):
 
     def block(self, timeout_s: float) -> Window: ...
 
+    def finish(self, timeout_s: float) -> dict[str, object] | None: ...
+
     def close(self) -> None: ...
 
 
@@ -80,6 +82,20 @@ class _Runner:
     block_samples: int
     failed: str | None = None
     readings: list[float] = field(default_factory=list)
+    eval_loss: float | None = None
+    ended: bool = False
+
+    def end(self, timeout_s: float) -> None:
+        """End the entrant once: finished as a trial (evaluated) when it is well, killed when it failed."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.failed is not None:
+            self.entrant.close()
+            return
+        done = self.entrant.finish(timeout_s) or {}
+        value = done.get("eval_loss")
+        self.eval_loss = float(value) if isinstance(value, (int, float)) else None
 
 
 def race(
@@ -167,7 +183,7 @@ def _rounds(
         observer.racing(_progress(number, now, runners))
         for key in stop.dropped:
             alive.remove(key)
-            runners[key].entrant.close()
+            runners[key].end(float(spec.trial.max_seconds))
             observer.racing(f"#{runners[key].group.trials[0]} dropped: slower than the leader beyond the noise")
         if stop.reason:
             record["stopped"] = stop.reason
@@ -233,7 +249,7 @@ def _start(study: optuna.Study, spec: StudySpec, group: Group, open_entrant: Ope
     trial = enter(group)
     config = TrialConfig.model_validate(group.config)
     steps = block_steps(spec.confirm.block_s, group.median, config)
-    plan = plan_for(spec, config, evaluate=False).model_copy(update={"pace_steps": steps})
+    plan = plan_for(spec, config, evaluate=spec.evaluates(searching=False)).model_copy(update={"pace_steps": steps})
     trial_dir = spec.runs_dir() / f"trial-{trial.number:04d}"
     entrant = open_entrant(plan, trial_dir)
     runner = _Runner(group, trial, entrant, steps * config.global_batch)
@@ -259,8 +275,11 @@ def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], 
             tell_interrupted(study, runner.trial)
         raise
     for runner in runners.values():
-        with contextlib.suppress(Exception):
+        try:
+            runner.end(float(spec.trial.max_seconds))
+        except Exception as e:
             runner.entrant.close()
+            runner.failed = runner.failed or f"did not finish: {e}"
     for runner in runners.values():
         result = _result(runner)
         with contextlib.suppress(OSError):
@@ -288,6 +307,7 @@ def _result(runner: _Runner) -> TrialResult:
         result.throughput_samples_s = len(speeds) * runner.block_samples / result.training_s
     if runner.failed is not None:
         result.reason += f", then failed: {runner.failed}"
+    result.eval_loss = runner.eval_loss
     return result
 
 

@@ -66,6 +66,9 @@ def test_autotune_run_races_the_best_configurations_against_the_baseline(tmp_pat
     raced = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("race")]
     assert {t.user_attrs["config_key"] for t in raced} == set(race["entrants"])
     assert all(t.user_attrs["role"] == "confirm" and t.state.is_finished() for t in raced)
+    for t in raced:  # each entrant left the loop when told, and finished as a trial does (done.json, evaluated)
+        done = json.loads((Path(t.user_attrs["trial_dir"]) / "done.json").read_text())
+        assert done["reason"].startswith("paced: ") and done["outcome"] == "complete"
     record = study.user_attrs["autotune_confirmation"]
     assert record["best_config_key"] in race["entrants"]
     assert "confirmed by a race:" in out.stdout and "(confirmed by a race)" in out.stdout
