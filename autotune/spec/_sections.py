@@ -252,11 +252,11 @@ class ConfirmSpec(BaseModel):
         "than throughput)",
     )
     block_s: float = Field(0.5, gt=0, le=60, description="race: seconds of training per block (one entrant, one round)")
-    rounds: int = Field(30, ge=4, le=1000, description="race: the most rounds")
+    rounds: int = Field(24, ge=4, le=1000, description="race: the most rounds")
     precision: float = Field(
-        0.07, gt=0, lt=1,
+        0.09, gt=0, lt=1,
         description="race: stop once the leader is separated from every other entrant and its speed-up's ~95% "
-        "half-width is at most this (0.07: ±7%)",
+        "half-width is at most this (0.09: ±9%)",
     )
     repeats: int = Field(2, ge=1, description="reruns: extra runs of each")
     max_repeats: int | None = Field(
