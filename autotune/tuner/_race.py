@@ -208,10 +208,10 @@ def _judge(record: dict[str, Any], alive: list[str], number: int, precision: flo
     """After a round: who is dropped, and whether the race is over (decided, or a tie no affordable number of
     rounds would part, with the speed-up known to ``precision``).
 
-    A runner-up that the rounds left could not part from the leader (about ``2 x confirm.rounds`` would be
-    needed at their present gap) is dropped too, unless it is the baseline: the tie is called now, and the
-    rounds left go to the speed-up's precision alone. On the quickstart, two leaders 1-5% apart took a third of
-    every round to the race's end (five live runs: 26-30 rounds)."""
+    A runner-up that ``confirm.rounds`` could not part from the leader at their present gap is dropped too,
+    unless it is the baseline: the tie is called now, and the rounds left go to the speed-up's precision alone.
+    On the quickstart, two leaders 1-5% apart took a third of every round to the race's end (five live runs:
+    26-30 rounds)."""
     if number < MIN_ROUNDS:
         return _Stop()
     now = standing(record["rounds"], record["anchor"], alive)
@@ -223,7 +223,7 @@ def _judge(record: dict[str, Any], alive: list[str], number: int, precision: flo
     if runner_up is None:
         return stop
     needed = now.versus_leader[runner_up].rounds_to_separate(now.fit.df)
-    hopeless = needed is None or needed > 2 * most
+    hopeless = needed is None or needed > most
     precise = now.speedup is None or (now.speedup.half_width is not None and now.speedup.half_width <= precision)
     if hopeless and precise:
         stop.reason = "a tie"
