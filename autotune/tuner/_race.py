@@ -17,23 +17,31 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import optuna
 
 from autotune.objectives import MIN_ROUNDS, RACE_ATTR, Group, standing
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
-from autotune.trial_result import Outcome, TrialResult, Window
-from autotune.trial_runner import Launcher, PacedRun, TrialPlan, plan_for
+from autotune.trial_result import TrialResult
+from autotune.trial_runner import Launcher, PacedRun, plan_for
 from autotune.trial_runner import run_trial as live_run_trial
 from autotune.tuner._confirmation import confirmation_record, near_misses, top_groups
+from autotune.tuner._entrants import (
+    Enter,
+    EntrantFailed,
+    OpenEntrant,
+    Runner,
+    Tell,
+    block_timeout,
+    entrant_result,
+    start_entrant,
+)
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import Heartbeat
 from autotune.tuner._results import measured_groups
@@ -43,59 +51,10 @@ from autotune.tuner._telling import tell_interrupted
 THROUGHPUT = "throughput_samples_s"
 
 
-class Entrant(Protocol):
-    """One configuration in a race: a paced run (live) or its replay."""
-
-    windows: list[Window]
-    wall_s: float
-    trial_dir: Path
-
-    def start(self, timeout_s: float) -> None: ...
-
-    def block(self, timeout_s: float) -> Window: ...
-
-    def finish(self, timeout_s: float) -> dict[str, object] | None: ...
-
-    def close(self) -> None: ...
-
-
-OpenEntrant = Callable[[TrialPlan, Path], Entrant]  # an entrant of the plan (with pace_steps) in its trial folder
-Enter = Callable[[Group], optuna.Trial]  # the confirmation trial a group races as (queued, asked, its attrs set)
-Tell = Callable[[optuna.Trial, TrialResult], None]
-
-
-class EntrantFailed(RuntimeError):
-    """An entrant that could not start or finish a block; the message is why."""
-
-
 def can_race(spec: StudySpec) -> bool:
     """Whether the study's confirmation is a race: asked for, one objective, throughput."""
     return (spec.confirm.method == "race" and spec.confirm.top_k > 0 and len(spec.objectives) == 1
             and spec.objectives[0].key == THROUGHPUT)
-
-
-@dataclass
-class _Runner:
-    group: Group
-    trial: optuna.Trial
-    entrant: Entrant
-    block_samples: int
-    failed: str | None = None
-    readings: list[float] = field(default_factory=list)
-    eval_loss: float | None = None
-    ended: bool = False
-
-    def end(self, timeout_s: float) -> None:
-        """End the entrant once: finished as a trial (evaluated) when it is well, killed when it failed."""
-        if self.ended:
-            return
-        self.ended = True
-        if self.failed is not None:
-            self.entrant.close()
-            return
-        done = self.entrant.finish(timeout_s) or {}
-        value = done.get("eval_loss")
-        self.eval_loss = float(value) if isinstance(value, (int, float)) else None
 
 
 def race(
@@ -126,13 +85,13 @@ def race(
     if len(entrants) < 2:
         return False
     rng = random.Random(spec.sampler.seed)
-    runners: dict[str, _Runner] = {}
+    runners: dict[str, Runner] = {}
     record: dict[str, Any] = {"anchor": baseline.config_key, "entrants": {}, "rounds": [], "block_s": settings.block_s}
     observer.note(f"confirmation race: {len(entrants) - 1} configuration(s) and the baseline, blocks of "
                   f"~{settings.block_s:g} s in shuffled rounds, until the leader separates (at most {settings.rounds})")
     with _closing(study, spec, runners, tell):
         for group in entrants:
-            runner = _start(study, spec, group, open_entrant, enter, beat)
+            runner = start_entrant(study, spec, group, open_entrant, enter, beat)
             runners[group.config_key] = runner
             if runner.failed is not None:
                 if group is baseline:
@@ -148,7 +107,7 @@ def race(
 
 
 def _rounds(
-    study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], record: dict[str, Any], *,
+    study: optuna.Study, spec: StudySpec, runners: dict[str, Runner], record: dict[str, Any], *,
     observer: Observer, rng: random.Random, clock: Callable[[], float], deadline: float | None,
     beat: Callable[[optuna.Trial], None],
 ) -> None:
@@ -163,7 +122,7 @@ def _rounds(
         for key in order:
             runner = runners[key]
             try:
-                window = runner.entrant.block(_block_timeout(spec))
+                window = runner.entrant.block(block_timeout(spec))
             except (EntrantFailed, RuntimeError) as e:
                 runner.failed = str(e)
                 observer.racing(f"trial #{runner.trial.number} failed in the race: {e}")
@@ -233,7 +192,7 @@ def _judge(record: dict[str, Any], alive: list[str], number: int, precision: flo
     return stop
 
 
-def _progress(number: int, now: Any, runners: dict[str, _Runner]) -> str:
+def _progress(number: int, now: Any, runners: dict[str, Runner]) -> str:
     leader = runners[now.leader].group.trials[0]
     if now.speedup is None:
         return f"race round {number}: the baseline leads"
@@ -242,39 +201,8 @@ def _progress(number: int, now: Any, runners: dict[str, _Runner]) -> str:
     return f"race round {number}: #{leader} leads, {now.speedup.ratio:.2f}x{interval} over the baseline"
 
 
-def block_steps(block_s: float, throughput: float, config: TrialConfig) -> int:
-    """Steps in one block: ``block_s`` at the entrant's search throughput, and at least twice what its DataLoader
-    holds ready (``num_workers x prefetch_factor`` batches, ``grad_accum`` to a step): a frozen entrant resumes with
-    the queue its workers filled, and a block shorter than that queue reads how full it was, not the speed. On the
-    quickstart, 0.5 s blocks of a 2-worker configuration whose queue held more than a block scattered 23% a block."""
-    steps = max(1, round(block_s * max(throughput, 1e-9) / config.global_batch))
-    queued = config.num_workers * (config.prefetch_factor or 2) / max(1, config.grad_accum)
-    return max(steps, math.ceil(2 * queued))
-
-
-def _block_timeout(spec: StudySpec) -> float:
-    return max(30.0, 20 * spec.confirm.block_s, float(spec.trial.hang_seconds))
-
-
-def _start(study: optuna.Study, spec: StudySpec, group: Group, open_entrant: OpenEntrant, enter: Enter,
-           beat: Callable[[optuna.Trial], None]) -> _Runner:
-    trial = enter(group)
-    config = TrialConfig.model_validate(group.config)
-    steps = block_steps(spec.confirm.block_s, group.median, config)
-    plan = plan_for(spec, config, evaluate=spec.evaluates(searching=False)).model_copy(update={"pace_steps": steps})
-    trial_dir = spec.runs_dir() / f"trial-{trial.number:04d}"
-    entrant = open_entrant(plan, trial_dir)
-    runner = _Runner(group, trial, entrant, steps * config.global_batch)
-    try:
-        entrant.start(float(spec.trial.max_seconds))
-    except (EntrantFailed, RuntimeError) as e:
-        runner.failed = str(e)
-    beat(trial)
-    return runner
-
-
 @contextlib.contextmanager
-def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], tell: Tell) -> Iterator[None]:
+def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, Runner], tell: Tell) -> Iterator[None]:
     """End every entrant's processes, then store each entrant's trial (its blocks as its windows) and the
     choice (``autotune_confirmation``); a race stopped by Ctrl-C or SIGTERM stores its trials as interrupted
     (retried on resume)."""
@@ -293,7 +221,7 @@ def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], 
             runner.entrant.close()
             runner.failed = runner.failed or f"did not finish: {e}"
     for runner in runners.values():
-        result = _result(runner)
+        result = entrant_result(runner)
         with contextlib.suppress(OSError):
             (runner.entrant.trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         tell(runner.trial, result)
@@ -302,25 +230,6 @@ def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, _Runner], 
         record = confirmation_record(study, spec)
         record["separable"] = race.get("stopped") != "a tie"  # a tie: no affordable number of rounds parts them
         study.set_user_attr("autotune_confirmation", record)
-
-
-def _result(runner: _Runner) -> TrialResult:
-    entrant = runner.entrant
-    windows = list(entrant.windows)
-    folder = str(entrant.trial_dir)
-    if runner.failed is not None and not windows:
-        return TrialResult(Outcome.CRASHED, reason=runner.failed, wall_s=entrant.wall_s, trial_dir=folder)
-    result = TrialResult(Outcome.COMPLETE, reason=f"raced {len(windows)} block(s)", wall_s=entrant.wall_s,
-                         trial_dir=folder)
-    result.take_windows(windows)
-    speeds = [w.window_throughput_samples_s for w in windows if w.window_throughput_samples_s > 0]
-    if speeds:  # every block holds block_samples: all of them over all their time
-        result.training_s = sum(runner.block_samples / v for v in speeds)
-        result.throughput_samples_s = len(speeds) * runner.block_samples / result.training_s
-    if runner.failed is not None:
-        result.reason += f", then failed: {runner.failed}"
-    result.eval_loss = runner.eval_loss
-    return result
 
 
 def _baseline(study: optuna.Study, groups: list[Group]) -> Group | None:

@@ -162,7 +162,7 @@ def test_no_trial_limit_means_until_the_timeout(study_dir: Callable[..., StudyDi
 
     # (The budget is under test, not the search: random sampling keeps two dozen trials quick.)
     sd = study_dir("no-limit", search_space=SPACE, trial=TRIAL, budget={"n_trials": None, "timeout_s": 30},
-                   confirm={"top_k": 1, "repeats": 1}, sampler={"name": "random", "seed": 0})
+                   confirm={"method": "reruns", "top_k": 1, "repeats": 1}, sampler={"name": "random", "seed": 0})
     spec = load_spec(str(sd.file))
     assert spec.budget.n_trials is None
     tuner = Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape), clock=lambda: clock[0])
