@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,7 +98,7 @@ class PacedRun:
         trial_dir: Path,
         *,
         clock: Callable[[], float] = time.monotonic,
-        poll_s: float = 0.001,
+        poll_s: float = 0.0005,
     ) -> None:
         if not plan.pace_steps:
             raise ValueError("a paced run needs plan.pace_steps")
@@ -110,6 +111,7 @@ class PacedRun:
         self.tail = MetricsTail(trial_dir / METRICS_FILE)
         self.windows: list[Window] = []
         self.blocks = 0
+        self._frozen: list[int] = []
         self.wall_s = 0.0  # seconds this run was running (launch to its warm-up's end, plus its blocks)
 
     def start(self, timeout_s: float) -> None:
@@ -134,16 +136,20 @@ class PacedRun:
         self.handle = self.launcher.launch(self.plan, self.trial_dir)
         self._until_parked(0, began + timeout_s)
         self.handle.pause()
+        # The ranks and their (persistent) DataLoader workers, listed once: freezing and thawing them is then a
+        # signal each, not a walk of the process tree. While a rank waits at the gate its workers still fill
+        # their queue; a walk of some ms at every block's end and start gave an input-bound configuration that
+        # much free prefetch a block.
+        self._frozen = [p.pid for procs in self.handle.rank_processes().values() for p in procs]
         self.wall_s += self.clock() - began
 
     def block(self, timeout_s: float) -> Window:
         """Run one block; its window (``window_throughput_samples_s`` is the block's reading)."""
-        handle = self._handle()
         began = self.clock()
-        handle.resume()
+        self._signal(signal.SIGCONT)
         _write_int(self.trial_dir / GATE_FILE, self.blocks + 1)
         self._until_parked(self.blocks + 1, began + timeout_s)
-        handle.pause()
+        self._signal(signal.SIGSTOP)
         self.wall_s += self.clock() - began
         self.blocks += 1
         deadline = self.clock() + 5.0  # rank 0 writes the window before it parks; read until it is there
@@ -175,6 +181,11 @@ class PacedRun:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.terminate(TERMINATE_GRACE_S)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for pid in self._frozen:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
 
     def _handle(self) -> RunHandle:
         if self.handle is None:

@@ -104,6 +104,9 @@ def entrant_result(runner: Runner) -> TrialResult:
     folder = str(entrant.trial_dir)
     if runner.failed is not None and not windows:
         return TrialResult(Outcome.CRASHED, reason=runner.failed, wall_s=entrant.wall_s, trial_dir=folder)
+    if not windows:  # started, then the race ended before its first block (its baseline could not start)
+        return TrialResult(Outcome.PRUNED, reason="the race ended before its first block", wall_s=entrant.wall_s,
+                           trial_dir=folder)
     result = TrialResult(Outcome.COMPLETE, reason=f"raced {len(windows)} block(s)", wall_s=entrant.wall_s,
                          trial_dir=folder)
     result.take_windows(windows)
