@@ -50,21 +50,6 @@ class RunHandle(abc.ABC):
         (then it only sweeps stragglers).
         """
 
-    def pause(self) -> None:
-        """Freeze the ranks and their DataLoader workers (SIGSTOP), so a paced run costs the machine nothing
-        while another configuration of a race is measured (:mod:`autotune.trial_runner._pace`)."""
-        for procs in self.rank_processes().values():
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    proc.suspend()
-
-    def resume(self) -> None:
-        """Undo :meth:`pause` (SIGCONT to the same processes)."""
-        for procs in self.rank_processes().values():
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    proc.resume()
-
     def held(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
         """The cores (numbers) and GPUs (as CUDA_VISIBLE_DEVICES names them) of this machine the run holds,
         for measuring what else used them (``machine_load``); None when the run is not on this machine or

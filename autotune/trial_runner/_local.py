@@ -182,7 +182,7 @@ class ProcessTreeHandle(RunHandle):
             with contextlib.suppress(psutil.Error, OSError):
                 groups.add(os.getpgid(proc.pid))
         groups.discard(os.getpgid(0))
-        _signal(groups, procs, signal.SIGCONT)  # a paused run (pause()) takes no SIGTERM until continued
+        _signal(groups, procs, signal.SIGCONT)  # a paced run frozen between blocks takes no SIGTERM until continued
         _signal(groups, procs, signal.SIGTERM)
         _, alive = psutil.wait_procs(procs, timeout=grace_s)
         _signal(groups, alive, signal.SIGKILL)

@@ -198,6 +198,28 @@ class Monitor:
                 return
 
 
+def prepare_trial_folder(plan: TrialPlan, trial_dir: Path) -> TrialPlan:
+    """The plan as launched now by this process (launch time, the tuner's pid, the collective timeout after
+    the first step), written with an empty heartbeat into ``trial_dir``. A folder that cannot be written (a full
+    disk, a file in its way) is a LaunchError: nothing was started."""
+    plan = plan.model_copy(
+        update={
+            "launched_at": time.time(),
+            "tuner_pid": os.getpid(),
+            "step_timeout_s": min(plan.step_timeout_s, plan.limits.hang_seconds),
+        }
+    )
+    try:
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        plan.write(trial_dir)
+        (trial_dir / HEARTBEAT_FILE).touch()
+    except OSError as e:
+        raise LaunchError(
+            f"cannot write the trial folder {trial_dir}: {e.strerror or e}; free disk space or make it writable"
+        ) from e
+    return plan
+
+
 def run_trial(
     plan: TrialPlan,
     trial_dir: Path,
@@ -215,21 +237,7 @@ def run_trial(
     is re-raised after the processes are gone). The result is also written to result.json. A folder that
     cannot be written (a full disk, a file in its way) is a LaunchError: nothing was started.
     """
-    plan = plan.model_copy(
-        update={
-            "launched_at": time.time(),
-            "tuner_pid": os.getpid(),
-            "step_timeout_s": min(plan.step_timeout_s, plan.limits.hang_seconds),
-        }
-    )
-    try:
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        plan.write(trial_dir)
-        (trial_dir / HEARTBEAT_FILE).touch()
-    except OSError as e:
-        raise LaunchError(
-            f"cannot write the trial folder {trial_dir}: {e.strerror or e}; free disk space or make it writable"
-        ) from e
+    plan = prepare_trial_folder(plan, trial_dir)
     started = time.monotonic()
     with traced("launch", trial_dir=str(trial_dir)):
         handle = launcher.launch(plan, trial_dir)

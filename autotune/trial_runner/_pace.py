@@ -6,7 +6,7 @@ readings it compares instead of deciding between them. Each configuration is one
 ``pace_steps``: after its warm-up its ranks train in blocks of that many steps. Between blocks every rank
 waits at a gate in the trial folder (``gate``: the blocks released so far, written by the tuner; ``parked``:
 the blocks done, written by rank 0 as it stops), outside the timed part of the loop, and the tuner then
-freezes the run's ranks and DataLoader workers (SIGSTOP, :meth:`RunHandle.pause`): a frozen run neither uses a
+freezes the run's ranks and DataLoader workers (SIGSTOP to each): a frozen run neither uses a
 core nor prefetches during another's block, and starts its next block with the queue it ended the last with.
 
 Rank side: :class:`Gate`. Tuner side: :class:`PacedRun`.
@@ -24,13 +24,11 @@ from pathlib import Path
 from autotune.errors import LaunchError
 from autotune.trial_result import Window
 from autotune.trial_runner._base import Launcher, RunHandle
-from autotune.trial_runner._exit import read_json
-from autotune.trial_runner._monitor import MetricsTail
+from autotune.trial_runner._exit import classify_exit, read_json
+from autotune.trial_runner._monitor import MetricsTail, prepare_trial_folder
 from autotune.trial_runner._plan import (
     DONE_FILE,
-    ERRORS_DIR,
     GATE_FILE,
-    HEARTBEAT_FILE,
     METRICS_FILE,
     PARKED_FILE,
     TrialPlan,
@@ -115,32 +113,20 @@ class PacedRun:
         self.wall_s = 0.0  # seconds this run was running (launch to its warm-up's end, plus its blocks)
 
     def start(self, timeout_s: float) -> None:
-        self.plan = self.plan.model_copy(
-            update={
-                "launched_at": time.time(),
-                "tuner_pid": os.getpid(),
-                "step_timeout_s": min(self.plan.step_timeout_s, self.plan.limits.hang_seconds),
-            }
-        )
+        self.plan = prepare_trial_folder(self.plan, self.trial_dir)
         try:
-            self.trial_dir.mkdir(parents=True, exist_ok=True)
-            self.plan.write(self.trial_dir)
-            (self.trial_dir / HEARTBEAT_FILE).touch()
             _write_int(self.trial_dir / GATE_FILE, 0)
         except OSError as e:
-            raise LaunchError(
-                f"cannot write the trial folder {self.trial_dir}: {e.strerror or e}; free disk space or make it "
-                "writable"
-            ) from e
+            raise LaunchError(f"cannot write the trial folder {self.trial_dir}: {e.strerror or e}") from e
         began = self.clock()
         self.handle = self.launcher.launch(self.plan, self.trial_dir)
         self._until_parked(0, began + timeout_s)
-        self.handle.pause()
         # The ranks and their (persistent) DataLoader workers, listed once: freezing and thawing them is then a
         # signal each, not a walk of the process tree. While a rank waits at the gate its workers still fill
         # their queue; a walk of some ms at every block's end and start gave an input-bound configuration that
         # much free prefetch a block.
         self._frozen = [p.pid for procs in self.handle.rank_processes().values() for p in procs]
+        self._signal(signal.SIGSTOP)
         self.wall_s += self.clock() - began
 
     def block(self, timeout_s: float) -> Window:
@@ -167,7 +153,7 @@ class PacedRun:
         ``timeout_s``). The run is ended either way."""
         handle = self._handle()
         try:
-            handle.resume()
+            self._signal(signal.SIGCONT)
             _write_int(self.trial_dir / GATE_FILE, FINISH)
             deadline = self.clock() + timeout_s
             done = self.trial_dir / DONE_FILE
@@ -208,13 +194,5 @@ class PacedRun:
             time.sleep(self.poll_s)
 
     def _why_ended(self, code: int) -> str:
-        errors = sorted((self.trial_dir / ERRORS_DIR).glob("rank*.json"))
-        for path in errors:
-            with contextlib.suppress(Exception):
-                data = read_json(path) or {}
-                if data.get("message"):
-                    return f"{path.stem}: {data.get('type', 'error')}: {data['message']}"
-        summary = self._handle().exit_summary()
-        return f"it exited with status {code}" + (f": {summary}" if summary else "") + (
-            f" (see {os.path.join(str(self.trial_dir), 'launcher.err')})" if not summary else ""
-        )
+        outcome, reason, _, _ = classify_exit(self.trial_dir, self._handle())
+        return f"{outcome.value} (exit status {code}): {reason}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -50,7 +50,6 @@ class Runner:
     entrant: Entrant
     block_samples: int
     failed: str | None = None
-    readings: list[float] = field(default_factory=list)
     eval_loss: float | None = None
     ended: bool = False
 

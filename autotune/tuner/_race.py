@@ -25,13 +25,13 @@ from typing import Any
 
 import optuna
 
-from autotune.objectives import MIN_ROUNDS, RACE_ATTR, Group, standing
+from autotune.objectives import MIN_ROUNDS, RACE_ATTR, standing
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
 from autotune.trial_result import TrialResult
 from autotune.trial_runner import Launcher, PacedRun, plan_for
 from autotune.trial_runner import run_trial as live_run_trial
-from autotune.tuner._confirmation import confirmation_record, near_misses, top_groups
+from autotune.tuner._confirmation import _baseline_group, confirmation_record, near_misses, top_groups
 from autotune.tuner._entrants import (
     Enter,
     EntrantFailed,
@@ -45,7 +45,6 @@ from autotune.tuner._entrants import (
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import Heartbeat
 from autotune.tuner._results import measured_groups
-from autotune.tuner._roles import ROLE_BASELINE
 from autotune.tuner._telling import tell_interrupted
 
 THROUGHPUT = "throughput_samples_s"
@@ -73,7 +72,7 @@ def race(
     started, when there is no baseline measurement to anchor the race to (the caller confirms by re-runs)."""
     settings = spec.confirm
     groups = measured_groups(study, spec)
-    baseline = _baseline(study, groups)
+    baseline = _baseline_group(study, groups)
     if baseline is None:
         return False
     candidates = top_groups(groups, spec, settings.top_k)
@@ -128,7 +127,6 @@ def _rounds(
                 observer.racing(f"trial #{runner.trial.number} failed in the race: {e}")
                 continue
             reading[key] = window.window_throughput_samples_s
-            runner.readings.append(reading[key])
             beat(runner.trial)
         record["rounds"].append(reading)
         record["round_s"] = (clock() - started) / number
@@ -232,13 +230,6 @@ def _closing(study: optuna.Study, spec: StudySpec, runners: dict[str, Runner], t
         study.set_user_attr("autotune_confirmation", record)
 
 
-def _baseline(study: optuna.Study, groups: list[Group]) -> Group | None:
-    keys = {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get("role") == ROLE_BASELINE}
-    return next((g for g in groups if g.config_key in keys), None)
-
-
-
 def race_confirmation(
     study: optuna.Study,
     spec: StudySpec,
@@ -264,7 +255,7 @@ def race_confirmation(
     groups = measured_groups(study, spec)
     if len({tuple(sorted(dict(g.config).get("env", {}).items())) for g in groups}) > 1:
         return False  # a warm launcher forks each environment from its own zygote: one at a time
-    baseline = _baseline(study, groups)
+    baseline = _baseline_group(study, groups)
     if baseline is None:
         return False
     with launcher.sharing(plan_for(spec, TrialConfig.model_validate(baseline.config))):
