@@ -10,6 +10,8 @@ Run it once with ``confirm.method: race`` (the default) and once with ``reruns``
 
     python benchmarks/drift_decisions.py                  # 20 seeds, race and reruns side by side (~1 minute)
     python benchmarks/drift_decisions.py --quick          # smoke run: 3 seeds
+    python benchmarks/drift_decisions.py --methods race --n-trials 20 --second-looks 0   # the pruner's second
+                                                           # looks off (default: a tenth of the trials)
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def drifting(seed: int, noise: float, wave: float, period_s: float) -> Any:
     return landscape
 
 
-def one(seed: int, method: str, folder: Path, noise: float, wave: float) -> dict[str, Any]:
+def one(seed: int, method: str, folder: Path, noise: float, wave: float, n_trials: int = 10,
+        second_looks: int | None = None) -> dict[str, Any]:
     from autotune.objectives import choose
     from autotune.tuner import NoLaunch, Tuner, replay_runner
 
@@ -61,7 +64,8 @@ def one(seed: int, method: str, folder: Path, noise: float, wave: float) -> dict
         "name": f"drift-{method}-{seed}", "workload": {"entrypoint": "autotune.workloads.mlp:build",
                                                         "args": {"hidden": 64, "depth": 2}},
         "search_space": SPACE, "trial": {"warmup_steps": 5, "max_steps": 50},
-        "sampler": {"name": "gp", "seed": seed}, "budget": {"n_trials": 10},
+        "sampler": {"name": "gp", "seed": seed}, "budget": {"n_trials": n_trials},
+        "pruner": {"name": "best", "second_looks": second_looks},
         "confirm": {"top_k": 2, "method": method},
         "storage": f"sqlite:///{folder}/drift-{method}-{seed}.db",
     }
@@ -89,6 +93,9 @@ def main() -> None:
     parser.add_argument("--wave", type=float, default=0.12)
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 seeds")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--n-trials", type=int, default=10, help="each study's budget.n_trials (default 10)")
+    parser.add_argument("--second-looks", type=int, help="pruner.second_looks (default: the study file's default)")
+    parser.add_argument("--methods", nargs="+", default=["race", "reruns"], choices=["race", "reruns"])
     args = parser.parse_args()
     import optuna
 
@@ -97,8 +104,9 @@ def main() -> None:
     started = time.monotonic()
     results: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for method in ("race", "reruns"):
-            results[method] = [one(seed, method, Path(tmp), args.noise, args.wave) for seed in range(seeds)]
+        for method in args.methods:
+            results[method] = [one(seed, method, Path(tmp), args.noise, args.wave, args.n_trials, args.second_looks)
+                               for seed in range(seeds)]
     rows = []
     summary = {}
     for method, runs in results.items():
@@ -115,7 +123,8 @@ def main() -> None:
                 ["confirmation", "choice within 3% of the best", "interval holds the truth", "median half-width",
                  "race rounds (median)"], rows, machine_caption(machine))
     write_json(args.out or default_out("drift_decisions", args.quick), "drift_decisions",
-               {"seeds": seeds, "noise": args.noise, "wave": args.wave}, {"summary": summary, "runs": results},
+               {"seeds": seeds, "noise": args.noise, "wave": args.wave, "n_trials": args.n_trials,
+                "second_looks": args.second_looks}, {"summary": summary, "runs": results},
                machine, started)
 
 

@@ -372,7 +372,7 @@ def judged_on(landscape: Landscape, other: Landscape, replays: dict[str, list[Re
         f"{other.best:,.0f} samples/s); the sampler and pruner saw {landscape.path.name}",
         ["strategy", "pruner margin", "choice on the other (median)", "(mean)", "as good as unpruned (1%)",
          f"trial-s for {budget}", "saved", "pruned"],
-        [[name, "-" if r["margin"] is None else f"{r['margin']:g}", pct(r["pick_on_other_median"]),
+        [[name, _margin_text(r["margin"]), pct(r["pick_on_other_median"]),
           pct(r["pick_on_other_mean"]), f"{r['as_good_as_unpruned_seeds']}/{len(r['pick_on_other'])} seeds",
           r["cost_at_budget_s"], "-" if name == "autotune-no-pruning" else pct(r["saved_at_budget_median"]),
           r["pruned_at_budget"]] for name, r in rows.items()],
@@ -387,10 +387,16 @@ def same_grid(landscape: Landscape, other: Landscape) -> None:
                          "repeat that landscape.py recorded of the same --grid")
 
 
-def _default_margin() -> float:
+def _margin_text(margin: float | str | None) -> str:
+    return "-" if margin is None else margin if isinstance(margin, str) else f"{margin:g}"
+
+
+def _default_margin() -> float | str:
+    """The study file's default pruner margin: a number, or "measured" (from the study's repeats)."""
     from autotune.spec import PrunerSpec
 
-    return float(PrunerSpec().margin)
+    margin = PrunerSpec().margin
+    return "measured" if margin is None else float(margin)
 
 
 # ------------------------------------------------------------------------------------------------ live

@@ -14,7 +14,8 @@ from autotune.objectives import NoiseAwarePruner
 from autotune.search_space import study_space
 from autotune.spec import parse_spec
 from autotune.tuner import make_pruner, make_sampler
-from autotune.tuner._gp import OneThreadGPSampler, PartialGPSampler, _WithPartial
+from autotune.tuner._gp import OneThreadGPSampler, PartialGPSampler
+from autotune.tuner._gp_view import WithPartial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -39,7 +40,8 @@ def test_defaults_are_gp_search_and_the_best_pruner(tmp_path: Path) -> None:
     assert pruner.percentile == 0.0
     assert pruner.n_startup_trials == 1  # the baseline
     assert pruner.n_warmup_steps == 5  # judged from the first measured window (step 10)
-    assert pruner.margin == 0.1
+    assert pruner.margin is None  # measured from the study's repeats (docs/pruning.md)
+    assert pruner.current_margin([]) == 0.1  # until it has two
     median = make_pruner(_spec(tmp_path, pruner={"name": "median"}))
     assert isinstance(median, NoiseAwarePruner)
     assert (median.percentile, median.n_startup_trials, median.n_warmup_steps) == (50.0, 3, 10)
@@ -72,11 +74,11 @@ def test_the_model_sees_pruned_trials_at_their_last_value() -> None:
     study.enqueue_trial({"x": 5})
     trial = study.ask({"x": optuna.distributions.IntDistribution(0, 20)})
     study.tell(trial, 70.0)
-    seen = _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    seen = WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     assert [(t.params["x"], t.values) for t in seen] == [(3, [40.0]), (5, [70.0])]
     # the study itself is untouched
     assert [t.state for t in study.get_trials()] == [TrialState.PRUNED, TrialState.PRUNED, TrialState.COMPLETE]
-    everything = _WithPartial(study)._get_trials(deepcopy=False, states=None)
+    everything = WithPartial(study)._get_trials(deepcopy=False, states=None)
     assert len(everything) == 3
 
 
@@ -122,7 +124,7 @@ def test_trials_that_fail_for_good_are_fitted_as_infeasible_and_interrupted_ones
     _fail(study, 2, "timeout", reported=250.0)  # measured 250 before it ran out of time
     _fail(study, 3, "crashed")  # measured nothing
     _fail(study, 4, "interrupted")  # Ctrl-C: says nothing about x=4 (it is retried)
-    seen = {t.number: t for t in _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    seen = {t.number: t for t in WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
     assert set(seen) == {0, 1, 2, 3}
     assert seen[2].values == [250.0] and seen[3].values == [100.0]  # its partial value; else the worst measured
     for number in (2, 3):
@@ -189,7 +191,7 @@ def test_constraints_of_complete_trials_do_not_break_the_fit_on_pruned_ones() ->
         study.tell(trial, value)
     study.enqueue_trial({"x": 4})
     _pruned(study, {10: 5.0})  # an older study's pruned trial: no constraints recorded
-    seen = _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    seen = WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     # memory: -1 on the complete trials, 0 (feasible) on the pruned one; diverged: 0 everywhere, no
     # information, left out of the fit (test_constant_constraints_are_left_out_of_the_fit)
     assert [sorted(t.constraints) for t in seen] == [["memory"]] * 4
@@ -398,7 +400,7 @@ def test_constant_constraints_are_left_out_of_the_fit() -> None:
             trial.set_constraint("memory", mem)
             trial.set_constraint("diverged", div)
             study.tell(trial, 10.0 + x)
-        return _WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
     assert [t.constraints for t in study_with([-1.0] * 3, [0.0] * 3)] == [{}] * 3  # the quickstart's
     budget = study_with([-900.0, -400.0, -650.0], [0.0] * 3)  # with a memory budget: how far below it

@@ -31,7 +31,7 @@ from autotune.objectives._noise import (
     half_width,
     pooled_sd,
 )
-from autotune.objectives._noise_pruner import NoiseAwarePruner
+from autotune.objectives._noise_pruner import MIN_NOISE_DF, NoiseAwarePruner, measured_margin, reading_noise
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
 from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, fit, standing
 from autotune.objectives._time_to_loss import (
@@ -46,13 +46,14 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_ROUNDS", "RACE_ATTR", "Choice", "CompilePayback", "Contrast",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_NOISE_DF", "MIN_ROUNDS", "RACE_ATTR", "Choice", "CompilePayback",
+    "Contrast",
     "DominancePruner", "Fit", "Group", "History", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction",
     "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision", "RunningTimeToLoss", "Separation", "Standing",
     "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race",
     "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast", "could_separate",
     "dominates", "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width",
-    "is_reference",
-    "loss_noise_floor", "measured_groups", "memory_points", "metric_value", "objective_values", "pareto_front",
-    "pooled_sd", "running_value", "standing", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value",
+    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "standing",
+    "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

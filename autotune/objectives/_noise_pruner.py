@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import optuna
 from optuna.pruners import BasePruner
@@ -10,6 +11,47 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.objectives._choice import is_reference
+from autotune.objectives._noise import Pooled, pooled_sd
+
+#: The margin before the study has read any configuration twice: whole runs of one configuration minutes apart
+#: scatter 10-11% here (benchmarks/machine_noise.py), back-to-back ones 6-7%; 0.1 is what the margin was fixed at.
+PRIOR_MARGIN = 0.1
+#: Degrees of freedom (repeated readings beyond the first of each configuration) before the study's own noise
+#: replaces :data:`PRIOR_MARGIN`.
+MIN_NOISE_DF = 2
+#: The measured margin stays within these: a study of near-identical repeats must not prune on a 1% dip, and a
+#: study whose repeats scattered wildly still prunes what is clearly worse.
+MARGIN_RANGE = (0.05, 0.35)
+
+
+def reading_noise(trials: Iterable[FrozenTrial], metric: str) -> Pooled | None:
+    """The relative standard deviation of one whole reading of a configuration, pooled over the configurations
+    the study read more than once (:func:`~autotune.objectives.pooled_sd`): complete reference trials and pruned
+    trials (their partial value is a reading), by ``config_key``; race entrants are left out (their paced
+    readings are another measurement). None before any configuration has two readings.
+
+    Repeats are not random: a second look follows a low reading, a confirmation a high one, so each pair is
+    apart by its selection as well as the noise, and this estimate errs large: the margin it sets prunes less.
+    """
+    groups: dict[str, list[float]] = {}
+    for t in trials:
+        if t.user_attrs.get("race") or not (t.state == TrialState.PRUNED or is_reference(t)):
+            continue
+        key, value = t.user_attrs.get("config_key"), t.user_attrs.get(metric)
+        if isinstance(key, str) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+            groups.setdefault(key, []).append(float(value))
+    return pooled_sd(groups.values())
+
+
+def measured_margin(noise: Pooled | None) -> float:
+    """The pruner's margin from the study's reading noise: one standard deviation of the ratio of two
+    independent readings (√2·sd), within :data:`MARGIN_RANGE`; :data:`PRIOR_MARGIN` until the noise rests on
+    :data:`MIN_NOISE_DF` degrees of freedom. A trial as good as the threshold is then pruned about one time in
+    six (a one-sided normal tail at 1 σ), and a second look (autotune.tuner) can bring it back."""
+    if noise is None or noise.df < MIN_NOISE_DF:
+        return PRIOR_MARGIN
+    low, high = MARGIN_RANGE
+    return min(high, max(low, math.sqrt(2) * noise.sd))
 
 
 class NoiseAwarePruner(BasePruner):
@@ -28,10 +70,12 @@ class NoiseAwarePruner(BasePruner):
     ``percentile=0`` compares with the best complete trial: a trial is stopped as soon as it is clearly
     worse than the configuration it would have to beat to be chosen.
 
-    The margin is at least the measurement's own uncertainty: the user attribute ``spread_attr`` (by default
-    ``throughput_spread``, the relative half-width of the window-to-window ~95% interval; None for a metric
-    it does not describe) of the trials the threshold comes from (the larger of the two it lies between)
-    and of the pruned trial when known.
+    ``margin=None`` (the study file's default) measures it: :func:`measured_margin` of the study's
+    :func:`reading_noise` of ``metric_attr`` (the first objective's stored value), :data:`PRIOR_MARGIN` until
+    the study has read configurations twice. The margin is also at least the measurement's own uncertainty:
+    the user attribute ``spread_attr`` (by default ``throughput_spread``, the relative half-width of the
+    window-to-window ~95% interval; None for a metric it does not describe) of the trials the threshold comes
+    from (the larger of the two it lies between) and of the pruned trial when known.
     """
 
     def __init__(
@@ -40,18 +84,20 @@ class NoiseAwarePruner(BasePruner):
         *,
         n_startup_trials: int = 3,
         n_warmup_steps: int = 0,
-        margin: float = 0.1,
+        margin: float | None = 0.1,
         spread_attr: str | None = "throughput_spread",
+        metric_attr: str = "throughput_samples_s",
     ) -> None:
         if not 0 <= percentile < 100:
             raise ValueError(f"percentile must be in [0, 100), got {percentile}")
-        if not 0 <= margin < 1:
+        if margin is not None and not 0 <= margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {margin}")
         self.percentile = percentile
         self.n_startup_trials = n_startup_trials
         self.n_warmup_steps = n_warmup_steps
         self.margin = margin
         self.spread_attr = spread_attr
+        self.metric_attr = metric_attr
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
@@ -62,7 +108,8 @@ class NoiseAwarePruner(BasePruner):
             return True
         others: list[float] = []
         spreads: list[float | None] = []
-        for done in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        for done in finished:
             if not is_reference(done):
                 continue
             earlier = [s for s in done.intermediate_values if s <= step]
@@ -81,7 +128,8 @@ class NoiseAwarePruner(BasePruner):
         position = (len(ranked) - 1) * self.percentile / 100
         threshold = _interpolate(ranked, position)
         around = {order[math.floor(position)], order[min(math.ceil(position), len(order) - 1)]}
-        margin = max([self.margin, *(s for i in around if (s := spreads[i]) is not None)])
+        base = self.margin if self.margin is not None else self.current_margin(finished)
+        margin = max([base, *(s for i in around if (s := spreads[i]) is not None)])
         own = self._spread(trial)
         if own is not None:
             margin = max(margin, own)
@@ -89,6 +137,12 @@ class NoiseAwarePruner(BasePruner):
         if maximize:
             return value < threshold - margin * abs(threshold)
         return value > threshold + margin * abs(threshold)
+
+    def current_margin(self, finished: Iterable[FrozenTrial]) -> float:
+        """The margin before the trials' own spreads: as set, or measured from ``finished`` (class docstring)."""
+        if self.margin is not None:
+            return self.margin
+        return measured_margin(reading_noise(finished, self.metric_attr))
 
     def _spread(self, trial: FrozenTrial) -> float | None:
         """A trial's window-to-window interval (``spread_attr``), when it has one."""

@@ -215,9 +215,14 @@ class PrunerSpec(BaseModel):
         None, ge=0, description="complete trials needed before pruning starts (default: best 1, median/percentile 3)"
     )
     percentile: float = Field(25.0, gt=0, lt=100, description="percentile pruner: keep the best P percent")
-    margin: float = Field(
-        0.1, ge=0, lt=1,
-        description="best/median/percentile: prune only when worse than the threshold by this fraction (noise)",
+    margin: float | None = Field(
+        None, ge=0, lt=1,
+        description="best/median/percentile: prune only when worse than the threshold by this fraction (noise); "
+        "null: measured from the configurations the study read twice (0.1 until it has)",
+    )
+    second_looks: int = Field(
+        0, ge=0,
+        description="search trials (at most) that re-read a configuration pruned within twice the margin of the best",
     )
 
     def startup_trials(self) -> int:

@@ -9,6 +9,7 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
 from autotune.tuner._gp import GP_MAX_TRIALS, PartialGPSampler
+from autotune.tuner._gp_view import noise_floor
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
@@ -25,6 +26,7 @@ from autotune.tuner._roles import (
     counts_toward_budget,
 )
 from autotune.tuner._sampling import FeasibleReferences, float_grid, grid_points, make_pruner, make_sampler
+from autotune.tuner._second_look import SECOND_LOOK
 from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
 from autotune.tuner._study import FINGERPRINT_ATTR, feasible, machine_facts, open_study, read_study
 from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_line
@@ -39,6 +41,7 @@ __all__ = [
     "ROLE_BASELINE",
     "ROLE_CONFIRM",
     "ROLE_SEARCH",
+    "SECOND_LOOK",
     "WARM_START_ATTR",
     "FeasibleReferences",
     "Interrupted",
@@ -62,6 +65,7 @@ __all__ = [
     "make_sampler",
     "make_storage",
     "measured_groups",
+    "noise_floor",
     "not_launched",
     "open_study",
     "predict_memory",

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import math
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +14,15 @@ from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.tuner._acquisition import all_discrete, coordinate_search, evaluate, grid_of
-from autotune.tuner._writes import CONSTRAINTS_PREFIX
+from autotune.tuner._gp_view import (
+    ABSENT,
+    DEFAULT_MINIMUM_NOISE_VAR,
+    WithPartial,
+    fitted_search_space,
+    measured,
+    noise_floor,
+    others_of,
+)
 
 __all__ = ["GP_MAX_TRIALS", "OneThreadGPSampler", "PartialGPSampler", "preload_gp"]
 
@@ -126,24 +132,43 @@ class PartialGPSampler(OneThreadGPSampler):
         # Optuna's incremental cache: which trials the GP fits can change after they finished (a failure
         # is fitted only once some trial measured a value), and a cache that walked past a trial while it
         # was not fitted would keep a knob that trial lacks (KeyError in the fit).
-        return _fitted_search_space(_WithPartial(study))
+        return fitted_search_space(WithPartial(study))
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        others = _others(study, trial)  # read once per ask: the storage is a database
+        others = others_of(study, trial)  # read once per ask: the storage is a database
         if self._hand_over(study, trial):
             params = self._tpe.sample_relative(study, trial, search_space)
         else:
             self._names = list(search_space)
             self._taken = {self._point(other.params) for other in others}
-            params = super().sample_relative(_WithPartial(study), trial, search_space)  # type: ignore[arg-type]
-        if (params and not _measured(others, params)) or not search_space:
+            view = WithPartial(study)
+            self._set_noise_floor(noise_floor(view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))))
+            params = super().sample_relative(view, trial, search_space)  # type: ignore[arg-type]
+        if (params and not measured(others, params)) or not search_space:
             return params
         return self._unmeasured(study, trial, search_space, others)
 
+    def _set_noise_floor(self, floor: float) -> None:
+        """The objective's GP fits its noise variance (standardized) at ``floor`` or above (:func:`noise_floor`).
+        Optuna keeps it as ``_minimum_noise`` (tests/tuner/test_gp_noise.py fails if that name goes); a cached
+        fit from below a raised floor would start its search at the log of a negative number, so the cache goes."""
+        if floor != self._minimum_noise:
+            self._minimum_noise = floor
+            self._gprs_cache_list = None
+
+    def _get_constraints_acqf_args(self, *args: Any, **kwargs: Any) -> Any:
+        # The floor is the objective's noise; a constraint (memory over the budget, a diverged run) is not
+        # measured with it, so its GPs keep Optuna's floor.
+        floor, self._minimum_noise = self._minimum_noise, DEFAULT_MINIMUM_NOISE_VAR
+        try:
+            return super()._get_constraints_acqf_args(*args, **kwargs)
+        finally:
+            self._minimum_noise = floor
+
     def _point(self, params: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(params.get(name, _ABSENT) for name in self._names)
+        return tuple(params.get(name, ABSENT) for name in self._names)
 
     def _optimize_acqf(self, acqf: Any, best_params: np.ndarray | None) -> np.ndarray:
         """The acquisition function's best point not yet measured: over every point of a small discrete space;
@@ -180,26 +205,15 @@ class PartialGPSampler(OneThreadGPSampler):
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution],
         others: list[FrozenTrial], tries: int = 200,
     ) -> dict[str, Any]:
-        """A random point none of ``others`` (:func:`_others`) has measured, runs or failed at for good ({} when
+        """A random point none of ``others`` (:func:`others_of`) has measured, runs or failed at for good ({} when
         none is found: the parameters are then sampled independently)."""
         for _ in range(tries):
             params = {
                 name: self._explore.sample_independent(study, trial, name, dist) for name, dist in search_space.items()
             }
-            if not _measured(others, params):
+            if not measured(others, params):
                 return params
         return {}
-
-
-def _fitted_search_space(view: _WithPartial) -> dict[str, BaseDistribution]:
-    """The distributions (of more than one value) that every trial the GP fits has, identically."""
-    space: dict[str, BaseDistribution] | None = None
-    for t in view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if space is None:
-            space = dict(t.distributions)
-        else:
-            space = {name: d for name, d in space.items() if t.distributions.get(name) == d}
-    return {name: d for name, d in sorted((space or {}).items()) if not d.single()}
 
 
 def preload_gp() -> None:
@@ -214,135 +228,3 @@ def preload_gp() -> None:
     import scipy.optimize  # noqa: F401
 
 
-#: Outcomes of FAIL trials that say something about the configuration: it fails again if re-run.
-RECURRING_FAILURES = ("crashed", "timeout", "hang")
-
-
-def _fails_again(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.FAIL and trial.user_attrs.get("outcome") in RECURRING_FAILURES
-
-
-_ABSENT = object()  # a parameter a trial lacks: equal to no value
-
-
-def _others(study: optuna.Study, trial: FrozenTrial) -> list[FrozenTrial]:
-    """The other trials whose configurations count as measured: finished, running, or failed for a reason
-    that recurs."""
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.FAIL)
-    return [
-        other for other in study._get_trials(deepcopy=False, states=states, use_cache=False)
-        if other.number != trial.number and (other.state != TrialState.FAIL or _fails_again(other))
-    ]
-
-
-def _measured(others: list[FrozenTrial], params: dict[str, Any]) -> bool:
-    """Whether one of ``others`` (:func:`_others`) already has these values of these parameters."""
-    return any(
-        all(name in other.params and other.params[name] == value for name, value in params.items())
-        for other in others
-    )
-
-
-class _WithPartial:
-    """A study as the GP sees it: its pruned trials (with a finite last value) listed as complete, and its
-    trials that failed for a reason that recurs listed as complete and infeasible."""
-
-    def __init__(self, study: optuna.Study) -> None:
-        self._study = study
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(
-        self, deepcopy: bool = True, states: Any = None, use_cache: bool = False
-    ) -> list[FrozenTrial]:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
-        wanted = None if states is None else tuple(states)
-        # GPSampler needs the same constraints on every trial it fits. autotune records a pruned trial's
-        # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over
-        # the memory budget ends as oom, not pruned.
-        names = _informative(trials, {n for t in trials if t.state == TrialState.COMPLETE for n in _constraints(t)})
-        worst = _worst(self._study, trials)
-        out: list[FrozenTrial] = []
-        for t in trials:
-            partial = None
-            if t.state == TrialState.PRUNED:
-                partial = _as_complete(t, names)
-            elif _fails_again(t):
-                partial = _as_failed(t, names, worst)
-            if partial is not None and (wanted is None or TrialState.COMPLETE in wanted):
-                out.append(partial)
-            elif partial is None and (wanted is None or t.state in wanted):
-                out.append(_ordered(t, names) if t.state == TrialState.COMPLETE else t)
-        return out
-
-
-def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:
-    """The constraints worth a GP of their own: not one that every trial met with the same value (``memory``
-    without a budget is -1 on every feasible trial, ``diverged`` 0 until a trial diverges). A constant column
-    tells the model nothing about where the space is infeasible, and each constraint is a GP fitted and
-    evaluated at every point: leaving out the quickstart's two took its ask at 13 trials from 0.13 to 0.10 s.
-    A trial that failed for a recurring reason is infeasible on every constraint, so the constraints come back
-    with it."""
-    if any(_fails_again(t) for t in trials):
-        return names
-    kept = set()
-    for name in names:
-        values = {t.system_attrs.get(name, 0.0) for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
-        if len(values) > 1 or any(v > 0 for v in values):
-            kept.add(name)
-    return kept
-
-
-def _worst(study: optuna.Study, trials: list[FrozenTrial]) -> float | None:
-    """The worst objective value measured (complete trials), the value of a failure that measured nothing."""
-    values = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values and math.isfinite(t.values[0])]
-    if not values:
-        return None
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    return min(values) if maximize else max(values)
-
-
-def _as_failed(trial: FrozenTrial, constraint_names: set[str], worst: float | None) -> FrozenTrial | None:
-    """A failed trial as an infeasible complete one: its last reported value, else the worst measured.
-    Without constraints to mark it infeasible, it gets the worst value."""
-    step = trial.last_step
-    value = trial.intermediate_values[step] if step is not None else None
-    if value is None or not math.isfinite(value) or not constraint_names:
-        value = worst
-    if value is None:
-        return None
-    failed = _ordered(trial, constraint_names, force=1.0)
-    failed.state = TrialState.COMPLETE
-    failed.values = [value]
-    return failed
-
-
-def _ordered(trial: FrozenTrial, names: set[str], *, force: float | None = None) -> FrozenTrial:
-    """``trial`` with the constraints ``names`` in one order (GPSampler reads them as columns): its own
-    values, 0 (feasible) for one it lacks, or ``force`` for every one."""
-    own = {k: v for k, v in trial.system_attrs.items() if k.startswith(CONSTRAINTS_PREFIX)}
-    if force is None and list(own) == sorted(names):
-        return trial
-    copied = copy.copy(trial)
-    copied.system_attrs = {k: v for k, v in trial.system_attrs.items() if not k.startswith(CONSTRAINTS_PREFIX)}
-    for name in sorted(names):
-        copied.system_attrs[name] = force if force is not None else own.get(name, 0.0)
-    return copied
-
-
-def _constraints(trial: FrozenTrial) -> list[str]:
-    return [key for key in trial.system_attrs if key.startswith(CONSTRAINTS_PREFIX)]
-
-
-def _as_complete(trial: FrozenTrial, constraint_names: set[str]) -> FrozenTrial | None:
-    step = trial.last_step
-    if step is None:
-        return None
-    value = trial.intermediate_values[step]
-    if not math.isfinite(value):
-        return None
-    partial = copy.copy(_ordered(trial, constraint_names))  # never change the storage's cached trial
-    partial.state = TrialState.COMPLETE
-    partial.values = [value]
-    return partial

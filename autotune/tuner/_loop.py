@@ -43,6 +43,7 @@ from autotune.tuner._recovery import (
 )
 from autotune.tuner._results import TuneSummary, summarize
 from autotune.tuner._roles import ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
+from autotune.tuner._second_look import SECOND_LOOK, queue_second_look
 from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
 from autotune.tuner._telling import pruning_hook, tell, tell_interrupted
@@ -176,6 +177,8 @@ class Tuner:
 
         Counting and asking happen under the study lock, so workers sharing a study never run more than
         ``target`` trials between them (a dead worker's trial is failed, queued again, and run by another).
+        A configuration pruned near the best is queued for a second look first
+        (:mod:`autotune.tuner._second_look`).
         """
         self.recover(study)
         with study_lock(self.url, study.study_name):
@@ -184,7 +187,12 @@ class Tuner:
                 or (t.state == TrialState.RUNNING and t.user_attrs.get("role") != ROLE_CONFIRM)
                 for t in study.get_trials(deepcopy=False)
             )
-            return ask(study) if target is None or taken < target else None
+            if target is not None and taken >= target:
+                return None
+            line = queue_second_look(study, self.spec)
+            if line:
+                self.observer.note(line)
+            return ask(study)
 
     # -- recovery and baseline ------------------------------------------------------------------------
     def recover(self, study: optuna.Study) -> list[int]:
@@ -214,7 +222,7 @@ class Tuner:
         trial = trial or ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
         sampler = None  # the sampler that proposed the configuration, recorded on the trials it proposed
-        if ("config" in trial.user_attrs and role != ROLE_SEARCH) or "retry_of" in trial.user_attrs:
+        if ("config" in trial.user_attrs and role != ROLE_SEARCH) or {"retry_of", SECOND_LOOK} & set(trial.user_attrs):
             config = TrialConfig.model_validate(trial.user_attrs["config"])
             record_params(self.space, trial, config)
         else:

@@ -114,6 +114,7 @@ def make_pruner(spec: StudySpec) -> BasePruner:
             n_warmup_steps=spec.trial.warmup_steps,
             margin=cfg.margin,
             spread_attr=spread_attr,
+            metric_attr=spec.objectives[0].key,
         )
     if cfg.name in ("median", "percentile"):
         # Against the median, a trial as good as most is pruned on noise: judge from the second measured
@@ -124,6 +125,7 @@ def make_pruner(spec: StudySpec) -> BasePruner:
             n_warmup_steps=first_window,
             margin=cfg.margin,
             spread_attr=spread_attr,
+            metric_attr=spec.objectives[0].key,
         )
     if cfg.name == "hyperband":
         return optuna.pruners.HyperbandPruner(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import optuna
 import pytest
 
-from autotune.objectives import NoiseAwarePruner
+from autotune.objectives import NoiseAwarePruner, Pooled, measured_margin, reading_noise
+from autotune.objectives._noise_pruner import MARGIN_RANGE, PRIOR_MARGIN
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -161,3 +164,45 @@ def test_the_margin_widens_to_the_running_trials_own_spread() -> None:
     trial.set_user_attr("throughput_spread", 0.3)
     assert not pruner.prune(study, study._storage.get_trial(trial._trial_id))
     assert pruner.prune(study, _running(study, {10: 85.0}))
+
+
+# ------------------------------------------------------------------ the margin measured from the study's repeats
+def _read(study: optuna.Study, key: str, value: float, *, pruned: bool = False) -> None:
+    trial = study.ask()
+    trial.set_user_attr("config_key", key)
+    trial.set_user_attr("throughput_samples_s", value)
+    trial.report(value, 10)
+    if pruned:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    else:
+        study.tell(trial, value)
+
+
+def test_reading_noise_pools_the_configurations_read_twice_pruned_readings_included() -> None:
+    study = optuna.create_study(direction="maximize")
+    for key, values in {"a": [1000.0, 800.0], "b": [500.0], "c": [600.0, 660.0]}.items():
+        for i, v in enumerate(values):
+            _read(study, key, v, pruned=key == "c" and i == 0)
+    noise = reading_noise(study.get_trials(), "throughput_samples_s")
+    assert noise is not None and noise.df == 2
+    expected = math.sqrt(((math.log(1000 / 800) / 2) ** 2 * 2 + (math.log(660 / 600) / 2) ** 2 * 2) / 2)
+    assert noise.sd == pytest.approx(expected)
+    assert measured_margin(noise) == pytest.approx(math.sqrt(2) * expected)
+    assert measured_margin(None) == PRIOR_MARGIN  # nothing read twice yet
+    assert measured_margin(Pooled(0.5, 1)) == PRIOR_MARGIN  # one degree of freedom is not a measurement
+    assert measured_margin(Pooled(0.001, 5)) == MARGIN_RANGE[0] and measured_margin(Pooled(0.9, 5)) == MARGIN_RANGE[1]
+
+
+def test_a_study_whose_repeats_scattered_prunes_only_what_is_clearly_worse() -> None:
+    calm, noisy = optuna.create_study(direction="maximize"), optuna.create_study(direction="maximize")
+    for study, pairs in ((calm, [(1000.0, 990.0), (700.0, 707.0)]), (noisy, [(1000.0, 800.0), (700.0, 850.0)])):
+        for i, (a, b) in enumerate(pairs):
+            _read(study, f"k{i}", a)
+            _read(study, f"k{i}", b)
+    pruner = NoiseAwarePruner(0.0, n_startup_trials=1, margin=None, spread_attr=None)
+    # best 1000: 12% behind is beyond the calm study's floor margin (5%), within the noisy one's (~28%)
+    assert pruner.prune(calm, _running(calm, {10: 880.0}))
+    assert not pruner.prune(noisy, _running(noisy, {10: 880.0}))
+    assert pruner.prune(noisy, _running(noisy, {10: 600.0}))  # clearly worse still goes
+    assert NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.1, spread_attr=None).prune(
+        noisy, _running(noisy, {10: 880.0}))  # a margin set in the study file stays as set

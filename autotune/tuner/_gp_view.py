@@ -1,0 +1,191 @@
+"""The study as the default GP sees it: pruned trials as measurements, failures that recur as infeasible, which
+configurations count as measured, and the least noise the objective's fit may claim."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.objectives import MIN_NOISE_DF, pooled_sd
+from autotune.tuner._writes import CONSTRAINTS_PREFIX
+
+#: Optuna's own least noise variance of a GP fit (optuna._gp.prior.DEFAULT_MINIMUM_NOISE_VAR).
+DEFAULT_MINIMUM_NOISE_VAR = 1e-6
+#: The most the measured noise may claim of the standardized values' unit variance: a fit whose floor
+#: reached 1 would call every difference noise, and Optuna's default fit starts from a noise variance of 1.
+MAX_NOISE_FLOOR = 0.5
+
+
+def noise_floor(fitted: list[FrozenTrial]) -> float:
+    """The least noise variance the objective's GP may fit, in the standardized values it fits: the study's
+    reading noise where configurations were read more than once (the pooled relative deviation of
+    :func:`autotune.objectives.pooled_sd`, over at least ``MIN_NOISE_DF`` degrees of freedom), as a variance
+    relative to the spread of the values fitted: ``(sd · mean / std)²``, at most :data:`MAX_NOISE_FLOOR`.
+    Optuna's own floor (1e-6) otherwise, and for values that are not all positive.
+
+    Fitted freely, a GP on a dozen noisy readings can explain a lucky one as a peak and spend the next
+    trials beside it; with the floor it treats two readings of one configuration that differ by the noise as
+    one value with that noise, as they are."""
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    values = [t.values[0] for t in fitted if t.values and math.isfinite(t.values[0])]
+    if len(values) < 3 or min(values) <= 0:
+        return DEFAULT_MINIMUM_NOISE_VAR
+    for t in fitted:
+        if t.values and math.isfinite(t.values[0]):
+            groups.setdefault(tuple(sorted(t.params.items(), key=lambda kv: kv[0])), []).append(t.values[0])
+    pooled = pooled_sd(groups.values())
+    spread = float(np.std(values))
+    if pooled is None or pooled.df < MIN_NOISE_DF or spread <= 0:
+        return DEFAULT_MINIMUM_NOISE_VAR
+    return min(MAX_NOISE_FLOOR, max(DEFAULT_MINIMUM_NOISE_VAR, (pooled.sd * float(np.mean(values)) / spread) ** 2))
+
+
+def fitted_search_space(view: WithPartial) -> dict[str, BaseDistribution]:
+    """The distributions (of more than one value) that every trial the GP fits has, identically."""
+    space: dict[str, BaseDistribution] | None = None
+    for t in view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if space is None:
+            space = dict(t.distributions)
+        else:
+            space = {name: d for name, d in space.items() if t.distributions.get(name) == d}
+    return {name: d for name, d in sorted((space or {}).items()) if not d.single()}
+
+
+#: Outcomes of FAIL trials that say something about the configuration: it fails again if re-run.
+RECURRING_FAILURES = ("crashed", "timeout", "hang")
+
+
+def fails_again(trial: FrozenTrial) -> bool:
+    return trial.state == TrialState.FAIL and trial.user_attrs.get("outcome") in RECURRING_FAILURES
+
+
+ABSENT = object()  # a parameter a trial lacks: equal to no value
+
+
+def others_of(study: optuna.Study, trial: FrozenTrial) -> list[FrozenTrial]:
+    """The other trials whose configurations count as measured: finished, running, or failed for a reason
+    that recurs."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.FAIL)
+    return [
+        other for other in study._get_trials(deepcopy=False, states=states, use_cache=False)
+        if other.number != trial.number and (other.state != TrialState.FAIL or fails_again(other))
+    ]
+
+
+def measured(others: list[FrozenTrial], params: dict[str, Any]) -> bool:
+    """Whether one of ``others`` (:func:`others_of`) already has these values of these parameters."""
+    return any(
+        all(name in other.params and other.params[name] == value for name, value in params.items())
+        for other in others
+    )
+
+
+class WithPartial:
+    """A study as the GP sees it: its pruned trials (with a finite last value) listed as complete, and its
+    trials that failed for a reason that recurs listed as complete and infeasible."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(
+        self, deepcopy: bool = True, states: Any = None, use_cache: bool = False
+    ) -> list[FrozenTrial]:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
+        wanted = None if states is None else tuple(states)
+        # GPSampler needs the same constraints on every trial it fits. autotune records a pruned trial's
+        # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over
+        # the memory budget ends as oom, not pruned.
+        names = _informative(trials, {n for t in trials if t.state == TrialState.COMPLETE for n in _constraints(t)})
+        worst = _worst(self._study, trials)
+        out: list[FrozenTrial] = []
+        for t in trials:
+            partial = None
+            if t.state == TrialState.PRUNED:
+                partial = _as_complete(t, names)
+            elif fails_again(t):
+                partial = _as_failed(t, names, worst)
+            if partial is not None and (wanted is None or TrialState.COMPLETE in wanted):
+                out.append(partial)
+            elif partial is None and (wanted is None or t.state in wanted):
+                out.append(_ordered(t, names) if t.state == TrialState.COMPLETE else t)
+        return out
+
+
+def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:
+    """The constraints worth a GP of their own: not one that every trial met with the same value (``memory``
+    without a budget is -1 on every feasible trial, ``diverged`` 0 until a trial diverges). A constant column
+    tells the model nothing about where the space is infeasible, and each constraint is a GP fitted and
+    evaluated at every point: leaving out the quickstart's two took its ask at 13 trials from 0.13 to 0.10 s.
+    A trial that failed for a recurring reason is infeasible on every constraint, so the constraints come back
+    with it."""
+    if any(fails_again(t) for t in trials):
+        return names
+    kept = set()
+    for name in names:
+        values = {t.system_attrs.get(name, 0.0) for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+        if len(values) > 1 or any(v > 0 for v in values):
+            kept.add(name)
+    return kept
+
+
+def _worst(study: optuna.Study, trials: list[FrozenTrial]) -> float | None:
+    """The worst objective value measured (complete trials), the value of a failure that measured nothing."""
+    values = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values and math.isfinite(t.values[0])]
+    if not values:
+        return None
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    return min(values) if maximize else max(values)
+
+
+def _as_failed(trial: FrozenTrial, constraint_names: set[str], worst: float | None) -> FrozenTrial | None:
+    """A failed trial as an infeasible complete one: its last reported value, else the worst measured.
+    Without constraints to mark it infeasible, it gets the worst value."""
+    step = trial.last_step
+    value = trial.intermediate_values[step] if step is not None else None
+    if value is None or not math.isfinite(value) or not constraint_names:
+        value = worst
+    if value is None:
+        return None
+    failed = _ordered(trial, constraint_names, force=1.0)
+    failed.state = TrialState.COMPLETE
+    failed.values = [value]
+    return failed
+
+
+def _ordered(trial: FrozenTrial, names: set[str], *, force: float | None = None) -> FrozenTrial:
+    """``trial`` with the constraints ``names`` in one order (GPSampler reads them as columns): its own
+    values, 0 (feasible) for one it lacks, or ``force`` for every one."""
+    own = {k: v for k, v in trial.system_attrs.items() if k.startswith(CONSTRAINTS_PREFIX)}
+    if force is None and list(own) == sorted(names):
+        return trial
+    copied = copy.copy(trial)
+    copied.system_attrs = {k: v for k, v in trial.system_attrs.items() if not k.startswith(CONSTRAINTS_PREFIX)}
+    for name in sorted(names):
+        copied.system_attrs[name] = force if force is not None else own.get(name, 0.0)
+    return copied
+
+
+def _constraints(trial: FrozenTrial) -> list[str]:
+    return [key for key in trial.system_attrs if key.startswith(CONSTRAINTS_PREFIX)]
+
+
+def _as_complete(trial: FrozenTrial, constraint_names: set[str]) -> FrozenTrial | None:
+    step = trial.last_step
+    if step is None:
+        return None
+    value = trial.intermediate_values[step]
+    if not math.isfinite(value):
+        return None
+    partial = copy.copy(_ordered(trial, constraint_names))  # never change the storage's cached trial
+    partial.state = TrialState.COMPLETE
+    partial.values = [value]
+    return partial
