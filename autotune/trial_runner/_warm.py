@@ -152,7 +152,11 @@ class WarmLauncher(MachineLauncher):
         if not line:
             code = zygote.wait(timeout=5)
             self._zygote = None
-            raise LaunchError(f"the warm trial launcher exited (status {code}); see the trial's launcher.err")
+            # Its stderr is this process's (the trial's launcher.err is written by the leader it forks, which
+            # did not start): say how it ended, the one thing known here.
+            how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
+            raise LaunchError(f"the warm trial launcher (pid {zygote.pid}) {how} before it started the trial; "
+                              "its own messages, if any, are above in this output")
         data: dict[str, Any] = json.loads(line)
         return data
 
@@ -219,3 +223,10 @@ class WarmLauncher(MachineLauncher):
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

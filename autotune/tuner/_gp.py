@@ -152,7 +152,7 @@ class PartialGPSampler(OneThreadGPSampler):
 
     def _set_noise_floor(self, floor: float) -> None:
         """The objective's GP fits its noise variance (standardized) at ``floor`` or above (:func:`noise_floor`).
-        Optuna keeps it as ``_minimum_noise`` (tests/tuner/test_gp_noise.py fails if that name goes); a cached
+        Optuna keeps it as ``_minimum_noise`` (tests/tuner/test_second_look.py fails if that name goes); a cached
         fit from below a raised floor would start its search at the log of a negative number, so the cache goes."""
         if floor != self._minimum_noise:
             self._minimum_noise = floor

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
+from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
 from autotune.trial_runner import Launcher, LocalLauncher, Outcome, TrialPlan, WarmLauncher, run_trial
@@ -208,5 +209,31 @@ def test_prepare_starts_the_zygote_without_waiting_for_it(tmp_path: Path) -> Non
         result = run_trial(plan, tmp_path / "first", launcher)
         assert result.outcome.value == "complete", result.reason
         assert launcher._ready
+    finally:
+        launcher.close()
+
+
+def test_a_zygote_killed_from_outside_is_named_with_its_signal_and_the_next_launch_starts_a_new_one(
+    tmp_path: Path,
+) -> None:
+    # No file is promised that does not exist: the zygote's stderr is the tuner's, and the trial's
+    # launcher.err belongs to a leader that never started.
+    plan = TrialPlan(
+        config=TrialConfig.create(base_lr=1e-3, base_batch_size=8, batch_size=8), entrypoint="faulty.py:build",
+        base_dir=str(HERE), limits=TrialLimits(warmup_steps=1, max_steps=4, max_seconds=60),
+    )
+    launcher = WarmLauncher()
+    try:
+        launcher.prepare(plan)
+        zygote = launcher._zygote
+        assert zygote is not None
+        os.kill(zygote.pid, signal.SIGKILL)
+        zygote.wait(timeout=10)
+        with pytest.raises(LaunchError) as caught:
+            launcher._read(zygote, timeout=5)
+        message = str(caught.value)
+        assert f"(pid {zygote.pid}) was killed by SIGKILL" in message and "launcher.err" not in message
+        result = run_trial(plan, tmp_path / "after", launcher)  # the next launch starts a fresh zygote
+        assert result.outcome.value == "complete", result.reason
     finally:
         launcher.close()
