@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 # Rooms from the bottom up. A room may import rooms in lower layers only; rooms in one layer are
 # peers and may not import each other (the runner and the objectives, the tuner and the report).
 LAYERS: list[set[str]] = [
-    {"errors", "knobs", "tracebacks", "trial_result", "version"},
+    {"errors", "knobs", "tracebacks", "trial_result", "version", "compat"},
     {"spec"},
     {"workload"},
     {"workload_check", "broken_workload", "workloads"},
@@ -199,3 +199,60 @@ def test_docs_draw_the_same_layers() -> None:
                 drawn[room.strip().strip("`").rstrip("/")] = int(cells[0])
     enforced = {room: index for index, rooms in enumerate(LAYERS) for room in rooms}
     assert drawn == enforced
+
+
+# Private names of Optuna and torch: reached only through autotune/compat (tests/test_compat.py checks each).
+THIRD_PARTY = ("optuna", "torch", "dist", "c10d")  # the libraries and the names their modules go by here
+# Optuna objects' private attributes (a study's, a trial's, a storage's, a distribution's), by name.
+PRIVATE_ATTRS = {"_storage", "_study_id", "_trial_id", "_cached_frozen_trial", "_backend", "_get_trials", "_contains"}
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")  # torch.__version__ is public
+
+
+def _private_reaches(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node) or ""
+            root = dotted.split(".")[0]
+            if node.attr in PRIVATE_ATTRS and root != "self":
+                yield node.lineno, dotted or f"._{node.attr}"
+            elif root in THIRD_PARTY and any(_private(p) for p in dotted.split(".")[1:]):
+                yield node.lineno, dotted
+            continue
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in ("optuna", "torch") and any(_private(p) for p in name.split(".")[1:]):
+                yield node.lineno, name
+
+
+def test_private_internals_of_optuna_and_torch_are_reached_only_through_compat() -> None:
+    found = []
+    for name, path in _modules():
+        if _room(name) == "compat":
+            continue
+        for line, reached in _private_reaches(ast.parse(path.read_text())):
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {reached}")
+    assert not found, "reach these through autotune.compat:\n" + "\n".join(sorted(set(found)))
+
+
+def test_the_private_reach_check_sees_one() -> None:
+    planted = ast.parse("import optuna\nstudy._storage.x\nfrom optuna.storages._rdb import models\n"
+                        "torch._C._f()\nself._storage = 1\nfrom torch.utils.data import DataLoader\n")
+    assert sorted({line for line, _ in _private_reaches(planted)}) == [2, 3, 4]

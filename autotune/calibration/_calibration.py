@@ -171,18 +171,9 @@ class Calibration:
         """Wrap every module of ``module_types`` in ``model`` for activation checkpointing (when chosen)."""
         if not self.config.activation_checkpointing:
             return model
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-            CheckpointImpl,
-            apply_activation_checkpointing,
-            checkpoint_wrapper,
-        )
+        from autotune.trial_runner import apply_checkpointing
 
-        types = tuple(module_types)
-        apply_activation_checkpointing(
-            model,
-            checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
-            check_fn=lambda m: isinstance(m, types),
-        )
+        apply_checkpointing(model, tuple(module_types))  # as the trials applied it
         return model
 
     def torch_threads(self) -> int:

@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from autotune.compat import optuna_private
 from autotune.errors import UsageError
 from autotune.spec import StudySpec
 
@@ -85,7 +86,7 @@ def serve_dashboard(
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         bound_port = server.server_address[1]
-        announce(dashboard_url(host, bound_port, study._study_id))
+        announce(dashboard_url(host, bound_port, optuna_private.study_id(study)))
         server.serve_forever(poll_interval=0.2)
     except (KeyboardInterrupt, _Stop):
         pass

@@ -4,7 +4,7 @@
 """
 
 from autotune.trial_result import Outcome, TrialResult, Window
-from autotune.trial_runner._apply import compute_threads, shard_model
+from autotune.trial_runner._apply import apply_checkpointing, compute_threads, shard_model
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
@@ -32,6 +32,7 @@ __all__ = [
     "WarmLauncher",
     "Window",
     "WindowCallback",
+    "apply_checkpointing",
     "compute_threads",
     "free_port",
     "make_launcher",

@@ -8,24 +8,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from autotune.compat import torch_private
+
 
 def apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int:
     """Wrap every module of ``types`` in a non-reentrant activation checkpoint; returns how many."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl,
-        apply_activation_checkpointing,
-        checkpoint_wrapper,
-    )
+    ckpt = torch_private.checkpointing()
 
     def wrapper(module: torch.nn.Module) -> torch.nn.Module:
-        return checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+        return ckpt.checkpoint_wrapper(module, checkpoint_impl=ckpt.CheckpointImpl.NO_REENTRANT)
 
-    apply_activation_checkpointing(
+    ckpt.apply_activation_checkpointing(
         model, checkpoint_wrapper_fn=wrapper, check_fn=lambda m: isinstance(m, types)
     )
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
-
-    return sum(isinstance(m, CheckpointWrapper) for m in model.modules())
+    return sum(isinstance(m, ckpt.CheckpointWrapper) for m in model.modules())
 
 
 def compute_threads(local_world_size: int, num_workers: int) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from autotune.compat import torch_private
 from autotune.spec import split_hyperparameters
 from autotune.trial_runner._apply import (
     THREAD_ENV,
@@ -376,7 +377,7 @@ class Trainer:
             if step == 1:
                 first_step_s = time.time() - plan.launched_at if plan.launched_at else None
                 # Start-up is over: from now on a collective that takes long is a hang, not a slow start.
-                dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=plan.step_timeout_s))
+                torch_private.set_process_group_timeout(datetime.timedelta(seconds=plan.step_timeout_s))
                 if plan.trace and self.ddp is not None:
                     self.applied["allreduce_calls_first_step"] = self._allreduce_count
                 self.write_applied()

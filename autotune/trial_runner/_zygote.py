@@ -32,16 +32,12 @@ GRACE_S = 3.0
 
 def preload() -> None:
     """Import what every rank needs, without running any torch operation."""
-    import torch
-    import torch._dynamo
-    import torch.distributed
-    import torch.nn.parallel
-    import torch.utils.data
+    from autotune.compat import torch_private
+
+    torch_private.preload()
 
     import autotune.trial_runner._training
     import autotune.trial_runner.worker  # noqa: F401
-
-    del torch
 
 
 def _write(path: Path, text: str) -> None:

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from autotune.compat import torch_private
 from autotune.trial_runner._rank import (
     die_with_parents,
     kill_own_children,
@@ -69,17 +70,16 @@ def _dataloader_worker_failure(error: BaseException) -> BaseException | None:
     """torch's error for a DataLoader worker of this rank that died, if one did: the cause of what the rank
     then hit. A reset connection or an EOF while receiving a batch can come a moment before the dead worker
     is seen, so those wait up to a second for it."""
-    torch = sys.modules.get("torch")
-    if torch is None:
+    if "torch" not in sys.modules:
         return None
     deadline = time.monotonic() + (1.0 if isinstance(error, (OSError, EOFError)) else 0.0)
     while True:
         try:
-            torch._C._error_if_any_worker_fails()
-        except RuntimeError as e:
-            return e
+            failure = torch_private.dataloader_worker_failure()
         except Exception:
             return None
+        if failure is not None:
+            return failure
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)

@@ -14,6 +14,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
 from optuna.trial import FrozenTrial
 
+from autotune.compat import optuna_private
 from autotune.spec import StudySpec
 from autotune.tuner._writes import BatchedSystemAttrs
 
@@ -52,10 +53,10 @@ def attach_trial_artifacts(
     nothing twice; a missing folder attaches nothing.
     """
     # Study has no public accessor for its storage; upload_artifact needs it for a FrozenTrial.
-    storage = study._storage
+    storage = optuna_private.storage_of(study)
     number = trial if isinstance(trial, int) else trial.number
     try:
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(optuna_private.study_id(study), number)
     except KeyError:
         raise ValueError(f"study {study.study_name!r} has no trial number {number}") from None
     frozen = storage.get_trial(trial_id)

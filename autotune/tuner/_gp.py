@@ -13,6 +13,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.compat import optuna_private
 from autotune.tuner._acquisition import all_discrete, coordinate_search, evaluate, grid_of
 from autotune.tuner._gp_view import (
     ABSENT,
@@ -114,7 +115,7 @@ class PartialGPSampler(OneThreadGPSampler):
         if self.max_trials is None:
             return False
         finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        if len(study._get_trials(deepcopy=False, states=finished, use_cache=True)) < self.max_trials:
+        if len(optuna_private.trials_of(study, finished, use_cache=True)) < self.max_trials:
             return False
         self._by_tpe.add(trial.number)
         return True
@@ -144,7 +145,7 @@ class PartialGPSampler(OneThreadGPSampler):
             self._names = list(search_space)
             self._taken = {self._point(other.params) for other in others}
             view = WithPartial(study)
-            self._set_noise_floor(noise_floor(view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))))
+            self._set_noise_floor(noise_floor(view.fitted()))
             params = super().sample_relative(view, trial, search_space)  # type: ignore[arg-type]
         if (params and not measured(others, params)) or not search_space:
             return params
@@ -220,11 +221,7 @@ def preload_gp() -> None:
     """Import what GPSampler's first fit imports (torch, scipy and optuna's GP modules: seconds on a busy
     machine), so that it is not paid between two trials. scipy.optimize is imported by the first fit
     itself (optuna imports it lazily): 0.7 s of the quickstart's first GP trial's ask, 1.3 s in all."""
-    import optuna._gp.acqf
-    import optuna._gp.gp
-    import optuna._gp.optim_mixed
-    import optuna._gp.prior
-    import optuna._gp.search_space  # noqa: F401
+    optuna_private.preload_gp_modules()
     import scipy.optimize  # noqa: F401
 
 

@@ -12,6 +12,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.compat import optuna_private
 from autotune.objectives import MIN_NOISE_DF, pooled_sd
 from autotune.tuner._writes import CONSTRAINTS_PREFIX
 
@@ -49,7 +50,7 @@ def noise_floor(fitted: list[FrozenTrial]) -> float:
 def fitted_search_space(view: WithPartial) -> dict[str, BaseDistribution]:
     """The distributions (of more than one value) that every trial the GP fits has, identically."""
     space: dict[str, BaseDistribution] | None = None
-    for t in view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    for t in view.fitted():
         if space is None:
             space = dict(t.distributions)
         else:
@@ -73,7 +74,7 @@ def others_of(study: optuna.Study, trial: FrozenTrial) -> list[FrozenTrial]:
     that recurs."""
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.FAIL)
     return [
-        other for other in study._get_trials(deepcopy=False, states=states, use_cache=False)
+        other for other in optuna_private.trials_of(study, states)
         if other.number != trial.number and (other.state != TrialState.FAIL or fails_again(other))
     ]
 
@@ -96,10 +97,14 @@ class WithPartial:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
 
-    def _get_trials(
+    def fitted(self) -> list[FrozenTrial]:
+        """The trials the GP fits (listed as complete)."""
+        return self._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+    def _get_trials(  # what GPSampler calls on the study (optuna_private.trials_of's name)
         self, deepcopy: bool = True, states: Any = None, use_cache: bool = False
     ) -> list[FrozenTrial]:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
+        trials = optuna_private.trials_of(self._study, None, use_cache=use_cache, deepcopy=deepcopy)
         wanted = None if states is None else tuple(states)
         # GPSampler needs the same constraints on every trial it fits. autotune records a pruned trial's
         # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over

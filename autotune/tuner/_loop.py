@@ -16,10 +16,10 @@ import warnings
 from collections.abc import Callable
 
 import optuna
-from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
 from autotune.broken_workload import check as check_broken_workload
+from autotune.compat import optuna_private
 from autotune.errors import LaunchError
 from autotune.objectives import Group, config_key
 from autotune.search_space import SearchSpace, TrialConfig, study_space
@@ -251,7 +251,7 @@ class Tuner:
 
         try:
             # Heartbeats from a thread too: a launch may wait (for a core lease) longer than the grace period.
-            with get_heartbeat_thread(trial._trial_id, study._storage), traced(
+            with optuna_private.heartbeat_thread(trial, study), traced(
                 "run_trial", trial=trial.number, trial_dir=str(trial_dir)
             ):
                 result = self._run_trial(

@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 
+from autotune.compat import optuna_private
 from autotune.search_space import SearchSpace, TrialConfig
 
 
@@ -17,7 +18,7 @@ def admissible_params(space: SearchSpace, config: TrialConfig) -> dict[str, Any]
     for name, value in space.params_of(config).items():
         dist = distributions[name]
         with contextlib.suppress(ValueError, TypeError):
-            if dist._contains(dist.to_internal_repr(value)):
+            if optuna_private.distribution_contains(dist, value):
                 params[name] = value
     return params
 

@@ -22,6 +22,7 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.compat import optuna_private
 from autotune.tuner._roles import INTERRUPTED
 from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
@@ -67,7 +68,7 @@ def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental API notice
         optuna.storages.fail_stale_trials(study)
-    storage = study._storage
+    storage = optuna_private.storage_of(study)
     recovered = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = trial.user_attrs.get("worker")
@@ -82,9 +83,9 @@ def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
         else:
             continue
         try:
-            storage.set_trial_user_attr(trial._trial_id, "outcome", INTERRUPTED)
-            storage.set_trial_user_attr(trial._trial_id, "reason", reason)
-            if not storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+            storage.set_trial_user_attr(optuna_private.trial_id(trial), "outcome", INTERRUPTED)
+            storage.set_trial_user_attr(optuna_private.trial_id(trial), "reason", reason)
+            if not storage.set_trial_state_values(optuna_private.trial_id(trial), state=TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
@@ -112,8 +113,8 @@ class Heartbeat:
     """Records the running trial's heartbeat in the storage every HEARTBEAT_INTERVAL_S."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial, clock: Callable[[], float]) -> None:
-        self.storage = study._storage
-        self.trial_id = trial._trial_id
+        self.storage = optuna_private.storage_of(study)
+        self.trial_id = optuna_private.trial_id(trial)
         self.clock = clock
         self.last = -math.inf
 

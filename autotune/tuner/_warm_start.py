@@ -28,6 +28,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
+from autotune.compat import optuna_private
 from autotune.objectives import choose, config_key, measured_groups
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
@@ -84,7 +85,7 @@ def plan(study: optuna.Study, spec: StudySpec, space: SearchSpace, baseline: Tri
     mine = study.user_attrs.get(FINGERPRINT_ATTR)
     if not isinstance(mine, dict):
         return WarmStart(enabled=True)
-    storage = study._storage
+    storage = optuna_private.storage_of(study)
     usable: list[tuple[int, int, str, Comparison]] = []
     refused: list[tuple[str, Comparison]] = []
     for other in storage.get_all_studies():
@@ -93,7 +94,7 @@ def plan(study: optuna.Study, spec: StudySpec, space: SearchSpace, baseline: Tri
             continue
         comparison = compare_fingerprints(mine, theirs)
         if comparison.usable:
-            usable.append((len(comparison.close), -int(getattr(other, "_study_id", 0)), other.study_name, comparison))
+            usable.append((len(comparison.close), -optuna_private.study_id(other), other.study_name, comparison))
         else:
             refused.append((other.study_name, comparison))
     baseline_key = config_key(baseline.model_dump())

@@ -14,36 +14,26 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import BaseStorage
+
+from autotune.compat import optuna_private
 
 __all__ = ["CONSTRAINTS_PREFIX", "BatchedSystemAttrs", "set_user_attrs"]
 
 
-def _rdb(storage: BaseStorage) -> RDBStorage | None:
-    """The RDB storage behind ``storage`` (Optuna wraps it in a cache), or None."""
-    backend = getattr(storage, "_backend", storage)
-    return backend if isinstance(backend, RDBStorage) else None
-
-
 def _write(storage: BaseStorage, trial_id: int, user: dict[str, Any], system: dict[str, Any]) -> None:
-    rdb = _rdb(storage)
-    try:
-        from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
-
-        if rdb is None or not hasattr(rdb, "_set_trial_attr_without_commit"):
-            raise ImportError
-    except ImportError:
+    rdb = optuna_private.rdb_of(storage)
+    if rdb is None or not optuna_private.batched_writes_available(rdb):
         for key, value in user.items():
             storage.set_trial_user_attr(trial_id, key, value)
         for key, value in system.items():
             storage.set_trial_system_attr(trial_id, key, value)
         return
-    with _create_scoped_session(rdb.scoped_session, True) as session:
+    with optuna_private.attr_writer(rdb) as write:
         for key, value in user.items():
-            rdb._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+            write(True, trial_id, key, value)
         for key, value in system.items():
-            rdb._set_trial_attr_without_commit(session, models.TrialSystemAttributeModel, trial_id, key, value)
+            write(False, trial_id, key, value)
 
 
 #: How ``optuna.Trial.set_constraint`` stores a constraint: a system attribute under this prefix.
@@ -58,9 +48,10 @@ def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict
     system = {f"{CONSTRAINTS_PREFIX}{name}": float(value) for name, value in (constraints or {}).items()}
     if not attrs and not system:
         return
-    _write(trial.storage, trial._trial_id, attrs, system)
-    trial._cached_frozen_trial.user_attrs.update(attrs)  # what Trial.set_user_attr keeps in step
-    trial._cached_frozen_trial.system_attrs.update(system)  # and set_constraint
+    _write(trial.storage, optuna_private.trial_id(trial), attrs, system)
+    cached = optuna_private.cached_trial(trial)
+    cached.user_attrs.update(attrs)  # what Trial.set_user_attr keeps in step
+    cached.system_attrs.update(system)  # and set_constraint
 
 
 class BatchedSystemAttrs:
