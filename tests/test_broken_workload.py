@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import optuna
+import pytest
 import torch
 
 import autotune
@@ -102,6 +103,7 @@ def build():
 """
 
 
+@pytest.mark.slow
 def test_run_stops_early_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "wl.py").write_text(WORKLOAD)
     (tmp_path / "study.yaml").write_text(

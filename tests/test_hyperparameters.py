@@ -187,6 +187,7 @@ def _calls(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.slow
 def test_searched_values_reach_the_model_and_optimizer_in_every_trial(
     calibrated: tuple[autotune.Calibration, Path],
 ) -> None:
@@ -212,6 +213,7 @@ def test_searched_values_reach_the_model_and_optimizer_in_every_trial(
     assert len(seen) >= 3  # the baseline and two searched points at least
 
 
+@pytest.mark.slow  # the module's calibrated study runs for these
 def test_calibrate_returns_the_chosen_hyperparameters(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, _ = calibrated
     hp = calibration.hyperparameters
@@ -225,6 +227,7 @@ def test_calibrate_returns_the_chosen_hyperparameters(calibrated: tuple[autotune
     assert autotune.Calibration.from_json(calibration.to_json()).hyperparameters == hp
 
 
+@pytest.mark.slow  # the module's calibrated study runs for these
 def test_best_and_the_run_summary_show_the_hyperparameters(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, folder = calibrated
     result = CliRunner().invoke(main, ["best", str(folder / "study.yaml"), "--format", "json"])
@@ -243,6 +246,7 @@ def test_best_and_the_run_summary_show_the_hyperparameters(calibrated: tuple[aut
     assert "held-out loss (eval_dataset)" in text  # the workload has an eval_dataset
 
 
+@pytest.mark.slow  # the module's calibrated study runs for these
 def test_complete_trials_record_their_held_out_loss(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, _ = calibrated
     complete = [t for t in calibration.study.get_trials() if t.user_attrs.get("outcome") == "complete"]

@@ -53,6 +53,7 @@ def _run_failing(sd: StudyDir, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_storage_failing_mid_run_is_one_line_and_loses_no_finished_trial(tmp_path: Path) -> None:
     sd = make_study(tmp_path / "s", "storage-fails", search_space={"batch_size": {"choices": [8, 16]}},
                              sampler={"name": "random", "seed": 0}, budget={"n_trials": 4})
@@ -71,6 +72,7 @@ def test_a_storage_failing_mid_run_is_one_line_and_loses_no_finished_trial(tmp_p
     assert_nothing_left(study, sd)
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     sd = make_study(tmp_path / "s", "storage-fails-debug", search_space={"batch_size": {"choices": [8, 16]}},
                              sampler={"name": "random", "seed": 0}, budget={"n_trials": 3})

@@ -56,6 +56,7 @@ def test_tests_that_need_no_real_part_never_trigger_the_gate() -> None:
     assert "1 passed" in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["tests/scale/test_pg_workers.py", "tests/trial_runner/test_slurm.py",
                                   "tests/trial_runner/test_launchers.py", "tests/report/test_browser.py"])
 def test_the_real_part_tests_are_known_to_the_gate(path: str) -> None:

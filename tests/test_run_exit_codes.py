@@ -27,6 +27,7 @@ def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_lr_scaling_under_a_throughput_objective_is_not_decided(tmp_path: Path) -> None:
     out = _run(tmp_path, "search_space: {lr_scaling: {choices: [none, linear]}, batch_size: {choices: [16, 64]}}\n"
                          "objectives: [{metric: throughput}]\nsampler: {name: random, seed: 1}\n"
@@ -38,6 +39,7 @@ def test_lr_scaling_under_a_throughput_objective_is_not_decided(tmp_path: Path) 
     assert "(not decided by this study)" in lr_row
 
 
+@pytest.mark.slow
 def test_no_usable_trial_exits_1(tmp_path: Path) -> None:
     out = _run(tmp_path, "constraints: {max_memory_mb: 1}\nbudget: {n_trials: 1}\n")  # every trial over budget
     assert out.returncode == 1, out.stdout + out.stderr

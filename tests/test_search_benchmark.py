@@ -21,6 +21,7 @@ def _run(*args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=BENCH, capture_output=True, text=True, timeout=timeout, start_new_session=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_choice_is_judged_on_the_other_recording(tmp_path: Path) -> None:
     from _landscapes import Landscape

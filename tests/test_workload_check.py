@@ -137,6 +137,7 @@ def test_no_build_skips_the_check(tmp_path: Path) -> None:
     assert "workload built" not in result.stdout
 
 
+@pytest.mark.slow
 def test_what_the_workload_prints_is_held_back_when_it_is_refused(tmp_path: Path) -> None:
     study = write(tmp_path, LOSS="lambda m, b: m(**b)")
     wl = tmp_path / "wl.py"

@@ -47,6 +47,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[autotune.Calib
     return autotune.calibrate(study), study
 
 
+@pytest.mark.slow
 def test_calibrate_returns_the_studys_choice(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, _ = calibrated
     assert calibration.study is not None
@@ -59,6 +60,7 @@ def test_calibrate_returns_the_studys_choice(calibrated: tuple[autotune.Calibrat
     assert calibration.speedup is not None and calibration.baseline_throughput_samples_s
 
 
+@pytest.mark.slow  # the module's calibrated study (~35 s) runs for these
 def test_helpers_build_a_working_dataloader_and_ddp_model(
     calibrated: tuple[autotune.Calibration, Path], tmp_path: Path
 ) -> None:
@@ -84,6 +86,7 @@ def test_helpers_build_a_working_dataloader_and_ddp_model(
     assert again.config == cfg and again.dataloader_kwargs() == calibration.dataloader_kwargs()
 
 
+@pytest.mark.slow  # the module's calibrated study (~35 s) runs for these
 def test_load_calibration_reads_without_running(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, study = calibrated
     loaded = autotune.load_calibration(study)
@@ -114,6 +117,7 @@ def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
     assert len(losses) == 3 and losses[-1] < losses[0]
 
 
+@pytest.mark.slow
 def test_calibrate_a_spec_with_a_fixed_knob_and_leave_the_process_as_it_was(tmp_path: Path) -> None:
     # calibrate(spec, **overrides) re-validates the spec: a fixed knob (amp: off) must survive that, and the
     # caller's process must not stay a child subreaper after the launcher is closed. In a fresh interpreter:

@@ -131,6 +131,8 @@ def both(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     )
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 def test_time_to_loss_chooses_a_smaller_batch_than_throughput(both) -> None:  # type: ignore[no-untyped-def]
     (_, by_throughput), (_, by_time) = both
     assert by_throughput.best_config is not None and by_time.best_config is not None
@@ -139,6 +141,7 @@ def test_time_to_loss_chooses_a_smaller_batch_than_throughput(both) -> None:  # 
     assert by_time.best_config.batch_size < by_throughput.best_config.batch_size
 
 
+@pytest.mark.slow
 def test_time_to_loss_is_recorded_and_pruning_works_on_it(both) -> None:  # type: ignore[no-untyped-def]
     _, (_, summary) = both
     trials = summary.study.get_trials()
@@ -155,6 +158,7 @@ def test_time_to_loss_is_recorded_and_pruning_works_on_it(both) -> None:  # type
     assert all(t.intermediate_values for t in trials if t.user_attrs.get("role") == "search")
 
 
+@pytest.mark.slow
 def test_the_summary_explains_why_the_chosen_batch_is_not_the_fastest(both) -> None:  # type: ignore[no-untyped-def]
     _, (spec, summary) = both
     out = io.StringIO()
@@ -182,6 +186,7 @@ def test_the_summary_states_the_loss_noise_floor_of_repeats() -> None:
     assert "loss noise floor 0.08" in line and "2 configuration(s)" in line and "within it" in line
 
 
+@pytest.mark.slow
 def test_best_reports_the_time_to_loss_median(both) -> None:  # type: ignore[no-untyped-def]
     import json
 

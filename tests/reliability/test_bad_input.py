@@ -68,6 +68,7 @@ def test_a_bad_study_is_refused_by_run_before_anything_is_written(
     nothing_written(folder, before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("c", [c for c in ALL if c.id in SUBPROCESS], ids=lambda c: c.id)
 def test_a_bad_study_is_refused_by_the_real_cli(c: Case, tmp_path: Path) -> None:
     folder = tmp_path / "study"
@@ -144,6 +145,7 @@ def test_a_study_file_that_is_not_there(tmp_path: Path, what: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- workloads that fail
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("entrypoint", "reason"),
     [
@@ -174,6 +176,7 @@ def test_a_workload_that_fails_in_its_ranks_is_a_clear_trial_outcome(
     assert_nothing_left(sd, started)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("entrypoint", "expect"), [
     ("build_raises", "RuntimeError: the dataset folder /data/imagenet is missing"),
     ("build_wrong_type", "returned dict, not autotune.Workload"),

@@ -97,6 +97,7 @@ URLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", list(URLS))
 @pytest.mark.parametrize(
     "command",
@@ -216,6 +217,7 @@ def test_the_dashboard_warns_when_it_listens_beyond_loopback(stored_study: Path)
 
 
 # ----------------------------------------------------------------------------------------- trial environments
+@pytest.mark.slow
 @pytest.mark.parametrize("start", ["warm", "torchrun"])
 def test_trials_see_only_the_environment_they_need(
     make_study: Callable[..., StudyDir], started: float, tmp_path: Path, start: str

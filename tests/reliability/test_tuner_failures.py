@@ -143,6 +143,7 @@ def _age(db: Path, number: int, seconds: float) -> None:
         conn.execute("UPDATE trials SET datetime_start = ? WHERE number = ?", (then.isoformat(sep=" "), number))
 
 
+@pytest.mark.slow
 def test_a_tuner_killed_right_after_asking_for_a_trial_does_not_stall_the_study(
     make_study: Callable[..., StudyDir], started: float
 ) -> None:
@@ -164,6 +165,7 @@ def test_a_tuner_killed_right_after_asking_for_a_trial_does_not_stall_the_study(
     assert_nothing_left(sd, started)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", ["runs_is_a_file", "disk_full"])
 def test_a_trial_folder_that_cannot_be_written_is_one_line_exit_1_and_no_corrupt_study(
     make_study: Callable[..., StudyDir], started: float, broken: str

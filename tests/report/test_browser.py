@@ -32,6 +32,7 @@ def _rendered(dom: str) -> dict[str, bool]:
             for key, body in FIGURE.findall(dom)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["single", "multi"])
 def test_report_renders_every_figure_offline(which: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     built: Built = request.getfixturevalue(which)

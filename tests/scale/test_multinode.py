@@ -112,6 +112,7 @@ def _trial(p: TrialPlan, trial_dir: Path) -> TrialResult:
 
 
 # ------------------------------------------------------------------------------------------ trials on 2 nodes
+@pytest.mark.slow
 def test_a_study_runs_every_trial_on_both_nodes(two_nodes: NetnsCluster, tmp_path: Path) -> None:
     trials = _run_study(tmp_path, 2)
     assert len(trials) == 2
@@ -128,6 +129,7 @@ def test_a_study_runs_every_trial_on_both_nodes(two_nodes: NetnsCluster, tmp_pat
         _nothing_left(two_nodes, folder)
 
 
+@pytest.mark.slow
 def test_world_size_is_nodes_times_ranks_per_node_and_the_slowest_rank_is_on_the_other_node(
     two_nodes: NetnsCluster, tmp_path: Path
 ) -> None:
@@ -146,6 +148,7 @@ def test_world_size_is_nodes_times_ranks_per_node_and_the_slowest_rank_is_on_the
     _nothing_left(two_nodes, tmp_path / "t")
 
 
+@pytest.mark.slow
 def test_nodes_whose_names_resolve_nowhere_still_meet(two_nodes: NetnsCluster, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """No DNS for the nodes: each publishes the address that routes to srun's node, and gloo uses its
@@ -164,6 +167,7 @@ def test_nodes_whose_names_resolve_nowhere_still_meet(two_nodes: NetnsCluster, t
 
 
 # ---------------------------------------------------------------------------------------------- the faults
+@pytest.mark.slow
 def test_a_rank_killed_on_node_2_is_crashed_with_the_node_named_and_the_study_goes_on(
     two_nodes: NetnsCluster, tmp_path: Path
 ) -> None:
@@ -183,6 +187,7 @@ def test_a_rank_killed_on_node_2_is_crashed_with_the_node_named_and_the_study_go
     _nothing_left(two_nodes, first)
 
 
+@pytest.mark.slow
 def test_node_2_losing_its_slurmd_mid_trial_ends_it_crashed_and_the_next_trial_runs(
     two_nodes: NetnsCluster, tmp_path: Path
 ) -> None:
@@ -199,6 +204,7 @@ def test_node_2_losing_its_slurmd_mid_trial_ends_it_crashed_and_the_next_trial_r
     assert sorted(again.hosts) == two_nodes.hostnames
 
 
+@pytest.mark.slow
 def test_node_2_losing_power_mid_trial_ends_it_crashed_with_the_node_named(
     two_nodes: NetnsCluster, tmp_path: Path
 ) -> None:
@@ -213,6 +219,7 @@ def test_node_2_losing_power_mid_trial_ends_it_crashed_with_the_node_named(
     _nothing_left(two_nodes, tmp_path / "t")
 
 
+@pytest.mark.slow
 def test_a_node_that_cannot_reach_node_1_says_so(two_nodes: NetnsCluster, tmp_path: Path) -> None:
     two_nodes.cut_off(2)  # node 2 keeps its route to the controller, loses the one to node 1
     try:
@@ -226,6 +233,7 @@ def test_a_node_that_cannot_reach_node_1_says_so(two_nodes: NetnsCluster, tmp_pa
     _nothing_left(two_nodes, tmp_path / "t")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("ifname", "says"),
     [

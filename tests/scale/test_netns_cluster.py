@@ -18,7 +18,7 @@ from tests._netns_cluster import PREFIX, STATE_DIR, NetnsCluster, cleanup_leftov
 # The SLURM packages are a real part: the suite installs them before the first test (tests/conftest.py), so
 # what this machine lacks is decided when each test runs, not at collection (a skip decided then was silent on
 # a fresh machine: the install came after it); under CI=true a skip here fails the run.
-pytestmark = pytest.mark.real("slurm")
+pytestmark = [pytest.mark.real("slurm"), pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)

@@ -98,6 +98,7 @@ print(study._study_id)
 """
 
 
+@pytest.mark.slow
 def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path: Path, postgres_url: str) -> None:
     study = write_study(tmp_path, postgres_url)
     start = time.time() + 12  # every process has imported torch by then
@@ -113,6 +114,7 @@ def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path
     assert [s.study_name for s in optuna.get_all_study_summaries(postgres_url)] == ["workers"]
 
 
+@pytest.mark.slow
 def test_four_workers_share_one_budget(tmp_path: Path, postgres_url: str) -> None:
     found = run_workers(tmp_path, postgres_url, workers=4, n_trials=8, timeout_s=110)
     check_shared_budget(found, n_trials=8, workers=4)
@@ -126,6 +128,7 @@ def test_four_workers_times_25_trials_lose_none(tmp_path: Path, postgres_url: st
     check_shared_budget(found, n_trials=100, workers=4)
 
 
+@pytest.mark.slow
 def test_a_sigkilled_workers_trial_is_retried_by_another(tmp_path: Path, postgres_url: str) -> None:
     # Trials of 3 s and more (60 steps of 50 ms) so one can be caught running.
     study = write_study(tmp_path, postgres_url, fault="slow", max_steps=60)
@@ -168,6 +171,7 @@ def test_a_sigkilled_workers_trial_is_retried_by_another(tmp_path: Path, postgre
     assert not [t for t in found if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
+@pytest.mark.slow
 def test_a_worker_waiting_for_the_others_stops_cleanly_on_ctrl_c(tmp_path: Path, postgres_url: str) -> None:
     study = write_study(tmp_path, postgres_url, fault="slow", max_steps=400)
     busy = start_worker(study, 1, tmp_path / "busy.log")  # holds the whole budget: one long trial

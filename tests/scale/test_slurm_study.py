@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tests.conftest import SlurmCluster
@@ -33,6 +34,7 @@ confirm: {top_k: 0}
 """
 
 
+@pytest.mark.slow
 def test_a_study_runs_its_trials_as_srun_steps_at_world_size_2(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     (tmp_path / "faulty.py").write_text(FAULTY.read_text())
     (tmp_path / "study.yaml").write_text(STUDY)
@@ -59,6 +61,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])  # closed again once we return: nothing listens there
 
 
+@pytest.mark.slow
 def test_the_example_studies_validate_without_a_cluster_or_a_database() -> None:
     for name in ("slurm.yaml", "postgres.yaml"):
         out = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(ROOT / "studies" / name)],

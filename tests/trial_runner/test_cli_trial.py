@@ -35,6 +35,7 @@ constraints: {{max_memory_mb: 3000}}
     return study
 
 
+@pytest.mark.slow
 def test_trial_json_reports_outcome_metrics_and_config(tmp_path: Path) -> None:
     study = _study(tmp_path)
     out = subprocess.run(
@@ -75,6 +76,7 @@ def test_trial_bad_knob_is_one_line_and_launches_nothing(tmp_path: Path, sets: l
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_tuner_killed_with_sigkill_takes_its_trial_along(tmp_path: Path) -> None:
     study = _study(tmp_path, fault="slow", max_steps=100000)
     trial_dir = tmp_path / "killed"
@@ -104,6 +106,7 @@ def _trial(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
+@pytest.mark.slow
 def test_a_crashed_trial_exits_1_and_shows_the_workloads_error_first(tmp_path: Path) -> None:
     # --set takes a study-file key too: the workload's argument turns the fault on for this trial only.
     study = _study(tmp_path, max_steps=6)
@@ -123,6 +126,7 @@ def test_a_crashed_trial_exits_1_and_shows_the_workloads_error_first(tmp_path: P
     assert "raise" not in study.read_text()  # an override never edits the file
 
 
+@pytest.mark.slow
 def test_a_diverged_trial_exits_1_in_json_too(tmp_path: Path) -> None:
     study = _study(tmp_path, fault="nan", max_steps=6)
     out = _trial(study, "", "--json")

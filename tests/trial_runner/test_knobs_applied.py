@@ -51,6 +51,7 @@ def run_knobs(tmp_path: Path, warm_launcher: WarmLauncher) -> Any:
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["warm", "torchrun"])
 def test_a_threads_number_is_set_in_every_rank_torch_and_openmp(run_knobs: Any, kind: str) -> None:
     # 3 is what no 'auto' gives at 2 ranks on this machine (its share of the cores is 1 or 2 per rank, less workers)
@@ -74,6 +75,7 @@ def test_auto_threads_resolve_to_the_heuristic_and_are_recorded(run_knobs: Any) 
     assert result.threads_per_rank == applied["ranks"][0]["torch_threads"] == compute_threads(1, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["warm", "torchrun"])
 def test_numpys_blas_gets_each_ranks_share_after_a_one_rank_trial(run_knobs: Any, kind: str) -> None:
     """BLAS reads its thread count when numpy is imported: a rank forked from the zygote kept the zygote's
@@ -88,6 +90,7 @@ def test_numpys_blas_gets_each_ranks_share_after_a_one_rank_trial(run_knobs: Any
         assert rank["blas_threads"] == rank["torch_threads"] == compute_threads(2, 0)
 
 
+@pytest.mark.slow
 def test_env_values_reach_every_rank_from_its_start(run_knobs: Any) -> None:
     env = {"OMP_WAIT_POLICY": "PASSIVE", "KNOB_TEST_FLAG": "on"}
     result, applied = run_knobs({"env": env})
@@ -128,6 +131,7 @@ def test_fsdp_shards_every_parameter_in_every_rank(run_knobs: Any, sharding: str
     assert sum(r["local_param_numel"] for r in ranks) == total  # the shards partition the model
 
 
+@pytest.mark.slow
 def test_fsdp_lowers_the_peak_memory_of_each_rank(run_knobs: Any) -> None:
     # 25 M parameters (100 MB): replicated, each rank holds them, their gradients, DDP's buckets and AdamW's
     # two moments (~500 MB); sharded at 2 ranks, half of the parameters, gradients and moments. glibc's
@@ -180,6 +184,7 @@ print(json.dumps({{"outcome": result.outcome.value, "reason": result.reason, "th
 """
 
 
+@pytest.mark.slow
 def test_slurm_node_program_passes_threads_and_env_to_every_rank(slurm_cluster: object, tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -8,12 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import autotune
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
+@pytest.mark.slow
 def test_searched_threads_and_env_come_back_through_calibrate_and_best(tmp_path: Path) -> None:
     (tmp_path / "knobs_workload.py").write_text((HERE / "knobs_workload.py").read_text())
     study = tmp_path / "study.yaml"
@@ -53,6 +56,7 @@ confirm: {top_k: 0}
         assert trials[best["trial"]].params["env.KNOB_FLAG"] == chosen.config.env["KNOB_FLAG"]
 
 
+@pytest.mark.slow
 def test_example_launcher_trains_a_sharded_choice(tmp_path: Path) -> None:
     (tmp_path / "calibrated_launcher.py").write_text((ROOT / "studies" / "calibrated_launcher.py").read_text())
     (tmp_path / "quickstart.yaml").write_text(

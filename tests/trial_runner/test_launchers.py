@@ -82,6 +82,7 @@ def _steps_of(trial_dir: Path) -> list[str]:
     return [line for line in out.stdout.splitlines() if f"autotune-{trial_dir.name}-" in line]
 
 
+@pytest.mark.slow
 def test_complete_trial_at_world_size_2_reports_its_metrics(launcher: Launcher, kind: str, tmp_path: Path) -> None:
     trial_dir = tmp_path / "complete"
     result = run_trial(plan(world_size=2), trial_dir, launcher)
@@ -100,6 +101,7 @@ def test_complete_trial_at_world_size_2_reports_its_metrics(launcher: Launcher, 
     assert not nothing_left(trial_dir, kind)
 
 
+@pytest.mark.slow
 def test_a_crashing_rank_is_named_and_ends_the_trial(launcher: Launcher, kind: str, tmp_path: Path) -> None:
     trial_dir = tmp_path / "crash"
     result = run_trial(plan("raise", world_size=2, rank=1, at_step=2), trial_dir, launcher)
@@ -109,6 +111,7 @@ def test_a_crashing_rank_is_named_and_ends_the_trial(launcher: Launcher, kind: s
     assert not nothing_left(trial_dir, kind)
 
 
+@pytest.mark.slow
 def test_a_rank_killed_by_a_signal_is_reported(launcher: Launcher, kind: str, tmp_path: Path) -> None:
     trial_dir = tmp_path / "segv"
     result = run_trial(plan("segfault", world_size=2, rank=1, limits={"max_steps": 400}), trial_dir, launcher)
@@ -117,6 +120,7 @@ def test_a_rank_killed_by_a_signal_is_reported(launcher: Launcher, kind: str, tm
     assert not nothing_left(trial_dir, kind)
 
 
+@pytest.mark.slow
 def test_a_pruned_trial_keeps_its_metrics_and_leaves_nothing(launcher: Launcher, kind: str, tmp_path: Path) -> None:
     trial_dir = tmp_path / "pruned"
     seen: list[object] = []
@@ -133,6 +137,7 @@ def test_a_pruned_trial_keeps_its_metrics_and_leaves_nothing(launcher: Launcher,
     assert not nothing_left(trial_dir, kind)
 
 
+@pytest.mark.slow
 def test_a_hanging_trial_is_ended_at_max_seconds(launcher: Launcher, kind: str, tmp_path: Path) -> None:
     trial_dir = tmp_path / "timeout"
     started = time.monotonic()
@@ -152,6 +157,7 @@ run_trial(plan("slow", world_size=2, at_step=1, limits={{"max_steps": 100000}}),
 """
 
 
+@pytest.mark.slow
 def test_a_tuner_killed_with_sigkill_takes_its_trial_along(kind: str, tmp_path: Path) -> None:
     trial_dir = tmp_path / "orphaned"
     script = tmp_path / "tuner.py"

@@ -116,6 +116,7 @@ def _affinity_at_first_window(trial_dir: Path, seen: dict[str, set[int]]) -> obj
     return on_window
 
 
+@pytest.mark.slow
 def test_two_trials_on_one_machine_run_one_after_the_other_by_default(tmp_path: Path) -> None:
     said: list[str] = []
     launchers = [WarmLauncher(leases=board(tmp_path / "leases", said, cores=tuple(sorted(os.sched_getaffinity(0)))))

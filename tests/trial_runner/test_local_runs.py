@@ -16,6 +16,7 @@ from tests._processes import wait_no_leftovers
 from .conftest import RunFaulty
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["warm", "torchrun"])
 def test_complete_trial_reports_windows_and_metrics(run_faulty: RunFaulty, kind: str) -> None:
     result, trial_dir = run_faulty(kind=kind, limits={"report_every": 3})
@@ -43,6 +44,7 @@ def for_each_key(lines: list[dict[str, float]], key: str) -> bool:
     return all(key in line and line[key] > 0 for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["warm", "torchrun"])
 def test_every_knob_is_applied_at_world_size_2(run_faulty: RunFaulty, kind: str) -> None:
     knobs = {"num_workers": 2, "prefetch_factor": 4, "bucket_cap_mb": 1, "amp": "bf16",
@@ -76,6 +78,7 @@ def test_defaults_apply_no_knob(run_faulty: RunFaulty) -> None:
     assert applied["dataloader"]["num_workers"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2])
 @pytest.mark.parametrize(
     ("fault", "args", "expected", "needle"),
@@ -125,6 +128,7 @@ def test_pruned_trial_keeps_partial_metrics(run_faulty: RunFaulty) -> None:
     assert not wait_no_leftovers(trial_dir)
 
 
+@pytest.mark.slow
 def test_timeout_keeps_metrics(run_faulty: RunFaulty) -> None:
     result, trial_dir = run_faulty("slow", at_step=1, limits={"max_steps": 100000, "max_seconds": 8,
                                                              "report_every": 2})
@@ -140,6 +144,7 @@ def test_dataset_smaller_than_a_batch_is_a_clear_crash(run_faulty: RunFaulty) ->
     assert "fewer than one batch" in result.reason
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "expected"), [("segfault", Outcome.CRASHED), ("hang", Outcome.HANG)])
 def test_cold_torchrun_contains_faults_too(run_faulty: RunFaulty, fault: str, expected: Outcome) -> None:
     result, trial_dir = run_faulty(fault, kind="torchrun", world_size=2, rank=1, limits={"max_steps": 400})

@@ -79,6 +79,7 @@ print(json.dumps({{"outcome": result.outcome.value, "job": os.environ["SLURM_JOB
 """
 
 
+@pytest.mark.slow
 def test_a_trial_inside_an_allocation_is_a_step_of_it(slurm_cluster: object, tmp_path: Path) -> None:
     script = tmp_path / "tuner.py"
     script.write_text(INSIDE.format(root=str(HERE.parent.parent)))

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
@@ -174,6 +175,7 @@ def test_no_trial_limit_means_until_the_timeout(study_dir: Callable[..., StudyDi
     assert isinstance(optuna.load_study(study_name=sd.name, storage=sd.url).user_attrs["autotune_confirmation"], dict)
 
 
+@pytest.mark.slow
 def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: Callable[..., StudyDir]) -> None:
     # Reading a stored study needs the storage only: `autotune best` and `status` work where the workload
     # cannot be imported (here: its file is gone).
@@ -188,6 +190,7 @@ def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: C
     assert f"best so far: trial #{summary.best_trial}" in status.stdout
 
 
+@pytest.mark.slow
 def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., StudyDir]) -> None:
     # The real CLI, real torchrun ranks on a tiny model, no sampler or pruner named: the baseline reports its
     # windows, and the summary, `autotune best` and the report name one winner.

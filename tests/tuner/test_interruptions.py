@@ -91,6 +91,7 @@ def test_sigkilled_tuner_leaves_nothing_and_the_rerun_finishes_the_study(
     assert_nothing_left(study, sd)
 
 
+@pytest.mark.slow
 @LAUNCHERS
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_stop_and_record_the_running_trial(

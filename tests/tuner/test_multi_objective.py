@@ -18,6 +18,7 @@ from .conftest import StudyDir, assert_nothing_left
 TWO_OBJECTIVES = [{"metric": "throughput"}, {"metric": "peak_memory_mb"}]
 
 
+@pytest.mark.slow
 def test_a_throughput_and_memory_study_runs_and_has_a_pareto_front(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir(
         "pareto", objectives=TWO_OBJECTIVES,

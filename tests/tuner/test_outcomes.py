@@ -19,6 +19,7 @@ WORLD_1_OR_2 = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", ["warm", "torchrun"])
 def test_crashing_configurations_are_recorded_and_the_study_goes_on(
     study_dir: Callable[..., StudyDir], start: str
@@ -56,6 +57,7 @@ def test_crashing_configurations_are_recorded_and_the_study_goes_on(
     assert_nothing_left(study, sd)
 
 
+@pytest.mark.slow
 def test_a_configuration_over_the_memory_budget_is_infeasible_not_best(study_dir: Callable[..., StudyDir]) -> None:
     # rank 1 hoards 64 MB a step from its second step on: a two-rank trial goes far over 700 MB, a
     # one-rank trial (about 320 MB) stays under it
@@ -89,6 +91,7 @@ def test_a_configuration_over_the_memory_budget_is_infeasible_not_best(study_dir
     assert_nothing_left(study, sd)
 
 
+@pytest.mark.slow
 def test_baseline_override_sets_the_first_trial(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir(
         "baseline", baseline={"batch_size": 16},

@@ -8,6 +8,8 @@ import math
 import random
 from collections.abc import Callable
 
+import pytest
+
 from autotune.objectives import choose
 from autotune.report import headline_data
 from autotune.search_space import TrialConfig
@@ -38,6 +40,7 @@ def drifting(seed: int) -> Callable[[TrialConfig, int], Measured]:
     return landscape
 
 
+@pytest.mark.slow
 def test_at_the_defaults_a_race_on_a_drifting_machine_chooses_the_true_best_with_an_honest_interval(
     study_dir: Callable[..., StudyDir],
 ) -> None:

@@ -51,6 +51,7 @@ def roles(study: optuna.Study) -> list[str]:
     return [t.user_attrs.get("role") for t in study.get_trials(deepcopy=False)]
 
 
+@pytest.mark.slow
 def test_run_searches_confirms_and_prints_the_choice(ran: tuple[StudyDir, subprocess.CompletedProcess[str]]) -> None:
     sd, out = ran
     assert out.returncode == 0, out.stdout + out.stderr
@@ -132,6 +133,7 @@ def _optuna_cli() -> str:
     return found
 
 
+@pytest.mark.slow
 def test_the_optuna_cli_reads_the_stored_study(ran: tuple[StudyDir, subprocess.CompletedProcess[str]]) -> None:
     sd, out = ran
     assert out.returncode == 0, out.stderr
@@ -154,6 +156,7 @@ def test_the_optuna_cli_reads_the_stored_study(ran: tuple[StudyDir, subprocess.C
     assert [r["user_attrs"]["role"] for r in rows] == roles(study)
 
 
+@pytest.mark.slow
 def test_best_and_status_read_the_study(ran: tuple[StudyDir, subprocess.CompletedProcess[str]]) -> None:
     sd, out = ran
     assert out.returncode == 0, out.stderr
@@ -182,6 +185,7 @@ def test_best_and_status_read_the_study(ran: tuple[StudyDir, subprocess.Complete
     assert f"best so far: trial #{record['best_trial']}" in status.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["best", "study.yaml", "--format", "json"], ["status", "study.yaml"]])
 def test_best_and_status_of_a_study_not_run_yet(tmp_path: Path, command: list[str]) -> None:
     sd = make_study(tmp_path / "fresh", "fresh", **SEARCH)

@@ -185,6 +185,7 @@ def test_a_bad_warm_start_value_is_one_line_exit_2(tmp_path: Path) -> None:
     assert not sd.db.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_path: Path) -> None:
     """The issue's check: `autotune run` on a tiny real workload, then a second study on the same storage."""
@@ -221,6 +222,7 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     shutil.rmtree(sd.runs, ignore_errors=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_calibrate_warm_starts_and_tells_its_observer(earlier: tuple[StudyDir, optuna.Study]) -> None:
     """calibrate() runs the same loop: two real trials, the baseline and the earlier study's choice."""

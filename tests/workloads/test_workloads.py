@@ -228,6 +228,7 @@ def test_every_workload_builds_with_its_defaults() -> None:
         assert workload.base_batch_size >= 16 and workload.eval_dataset is not None
 
 
+@pytest.mark.slow
 def test_importing_the_package_imports_no_workload() -> None:
     code = (
         "import sys, autotune.workloads; "
