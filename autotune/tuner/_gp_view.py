@@ -93,6 +93,7 @@ class WithPartial:
 
     def __init__(self, study: optuna.Study) -> None:
         self._study = study
+        self._read: list[FrozenTrial] | None = None  # the study's trials, read once for this view (one ask)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._study, name)
@@ -104,7 +105,12 @@ class WithPartial:
     def _get_trials(  # what GPSampler calls on the study (optuna_private.trials_of's name)
         self, deepcopy: bool = True, states: Any = None, use_cache: bool = False
     ) -> list[FrozenTrial]:
-        trials = optuna_private.trials_of(self._study, None, use_cache=use_cache, deepcopy=deepcopy)
+        if deepcopy:
+            trials = optuna_private.trials_of(self._study, None, use_cache=use_cache, deepcopy=True)
+        else:  # the noise floor's and GPSampler's reads of one ask share one read of the storage
+            if self._read is None:
+                self._read = optuna_private.trials_of(self._study, None, use_cache=use_cache)
+            trials = self._read
         wanted = None if states is None else tuple(states)
         # GPSampler needs the same constraints on every trial it fits. autotune records a pruned trial's
         # constraints as measured; one pruned before that (an older study) counts as feasible: a trial over

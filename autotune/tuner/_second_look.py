@@ -41,8 +41,8 @@ def queue_second_look(study: optuna.Study, spec: StudySpec) -> str | None:
     Single-objective studies whose pruner measures its margin (``best``, ``median``, ``percentile``) only.
     Call under the study lock, before asking for the next trial."""
     margin_of = getattr(study.pruner, "current_margin", None)
-    if margin_of is None or len(spec.objectives) != 1:
-        return None
+    if spec.pruner.second_looks == 0 or margin_of is None or len(spec.objectives) != 1:
+        return None  # (the default: no read of the study before every ask)
     trials = study.get_trials(deepcopy=False)
     if any(t.state == TrialState.WAITING for t in trials):
         return None  # a queued trial (a retry, the warm start) goes first; one queue at a time
