@@ -6,15 +6,16 @@ storage, sampler, pruner, baseline and choice) with one seam: a trial's result c
 instead of a launch (``autotune.tuner.recorded_runner``): its recorded windows go to the tuner's window
 callback (report, prune) as the monitor hands them over; its cost is its recorded wall time, or for a
 pruned trial the seconds from launch to the window it was pruned at plus the trial's own teardown (its
-wall time after its last window). The comparison strategies (random, grid, Optuna's TPE) are plain
-Optuna loops over the same records. Strategies:
+wall time after its last window). The comparison strategies (random, grid, Optuna's TPE) run through the
+same Tuner and the same records, with their sampler and no pruner: each study, theirs too, measures the
+workload's default configuration first (the baseline). Strategies:
 
 - ``autotune``: the tuner on a study file that leaves sampler and pruner at their defaults (Gaussian-process
   search that learns from pruned and failed trials, and the ``best`` pruner; the baseline first, reporting
   its windows and never pruned);
 - ``autotune-no-pruning``: the same sampler and baseline, no pruner (to measure what pruning saves);
 - ``autotune-tpe``: the earlier default, ``sampler: tpe`` (grouped multivariate TPE) with ``pruner: median``;
-- ``random``: Optuna's RandomSampler; ``grid``: Optuna's GridSampler (a seeded order of the grid);
+- ``random``: Optuna's RandomSampler; ``grid``: Optuna's GridSampler (a seeded order of the grid; ``sampler: grid``);
 - ``optuna-tpe``: Optuna's default TPESampler, no pruning.
 
 Each runs ``--seeds`` times (seeds 0..N-1) for up to twice the grid's size in trials (``--max-trials`` caps the
@@ -72,7 +73,7 @@ from _common import (
     stage,
     write_json,
 )
-from _landscapes import LEVEL, Landscape, Replay, pruned_cost
+from _landscapes import LEVEL, Landscape, Replay
 
 GRID_SHARE_TARGET = 0.15  # reach that level within 15% of the grid's trial count
 GRID_SHARE_TARGET_LARGE = 0.05  # ... within 5% on a landscape of 300+ configurations (landscape.py --grid large)
@@ -95,82 +96,42 @@ def margin_of(strategy: str) -> float | None:
     return float(strategy[len(MARGIN_PREFIX):]) if strategy.startswith(MARGIN_PREFIX) else None
 
 
-def tuner_replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
-    """One autotune strategy: the real Tuner, trials replayed from the landscape (no confirmation runs)."""
+def strategy_decisions(strategy: str, seed: int) -> tuple[dict[str, Any], dict[str, Any] | None, Any]:
+    """A strategy's study-file ``sampler:`` and ``pruner:`` (None: the default), and an Optuna sampler given to
+    the Tuner instead of the file's (None: the file's). The peers prune nothing."""
+    import optuna
+
+    if strategy == "autotune":
+        return {"seed": seed}, None, None
+    if strategy == "autotune-no-pruning":
+        return {"seed": seed}, {"name": "none"}, None
+    if (margin := margin_of(strategy)) is not None:
+        return {"seed": seed}, {"name": "best", "margin": margin}, None
+    if strategy == "autotune-tpe":  # the earlier default: grouped multivariate TPE + noise-aware median pruning
+        return {"name": "tpe", "seed": seed}, {"name": "median"}, None
+    if strategy in ("random", "grid"):
+        return {"name": strategy, "seed": seed}, {"name": "none"}, None
+    if strategy == "optuna-tpe":  # Optuna's default TPE, as a user would create it
+        return {"seed": seed}, {"name": "none"}, optuna.samplers.TPESampler(seed=seed)
+    raise ValueError(strategy)
+
+
+def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
+    """One strategy's study: the real Tuner (its baseline first, then the strategy's sampler and pruner), trials
+    replayed from the landscape, no confirmation runs."""
     import tempfile
 
     from autotune.tuner import NoLaunch, Tuner, recorded_runner
 
-    pruner: dict[str, Any] | None = {"name": "none"} if strategy == "autotune-no-pruning" else None
-    if (margin := margin_of(strategy)) is not None:
-        pruner = {"name": "best", "margin": margin}
-    sampler: dict[str, Any] = {"seed": seed}
-    if strategy == "autotune-tpe":  # the earlier default: grouped multivariate TPE + noise-aware median pruning
-        sampler, pruner = {"name": "tpe", "seed": seed}, {"name": "median"}
+    sampler, pruner, optuna_sampler = strategy_decisions(strategy, seed)
     with tempfile.TemporaryDirectory(prefix="autotune-replay-") as folder:
         document = landscape.document(f"replay-{strategy}-{seed}", sampler, budget, pruner=pruner,
                                       confirm={"top_k": 0}, storage=f"sqlite:///{folder}/replay.db")
         spec = make_spec(document, Path(folder))  # trial folders in the temp folder
-        tuner = Tuner(spec, launcher=NoLaunch(), run_trial=recorded_runner(landscape.lookup()))
+        tuner = Tuner(spec, launcher=NoLaunch(), run_trial=recorded_runner(landscape.lookup()),
+                      sampler=optuna_sampler)
         summary = tuner.run(n_trials=max_trials)
         return Replay.from_study(strategy, seed, summary.study)
-
-
-def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budget: int) -> Replay:
-    import optuna
-
-    from autotune.objectives import config_key
-    from autotune.search_space import study_space
-    from autotune.tuner import grid_points
-
-    if strategy.startswith("autotune"):
-        return tuner_replay(strategy, seed, landscape, max_trials, budget)
-    document = landscape.document(f"replay-{strategy}-{seed}", {"seed": seed}, budget)
-    spec = make_spec(document)
-    space = study_space(spec)
-    sampler: optuna.samplers.BaseSampler
-    pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
-    if strategy == "random":
-        sampler = optuna.samplers.RandomSampler(seed=seed)
-    elif strategy == "grid":
-        sampler = optuna.samplers.GridSampler(grid_points(space), seed=seed)
-    elif strategy == "optuna-tpe":
-        sampler = optuna.samplers.TPESampler(seed=seed)
-    else:
-        raise ValueError(strategy)
-    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
-    out = Replay(strategy, seed)
-    by_config = landscape.by_config()
-
-    def objective(trial: optuna.Trial) -> float:
-        config = space.suggest(trial)
-        key = config_key(config.model_dump())
-        record = by_config.get(key)
-        if record is None:
-            raise SystemExit(f"{landscape.path}: configuration {config.short()} is not in the landscape")
-        searched = trial.user_attrs.get("role") != "baseline"
-        out.keys.append(key)
-        if record["outcome"] != "complete" or not record["throughput_samples_s"]:
-            out.costs.append(float(record["wall_s"]))
-            out.states.append("fail")
-            out.values.append(None)
-            return math.nan  # Optuna fails the trial, as the tuner fails a crashed one
-        for window in record["windows"]:
-            trial.report(float(window["throughput_samples_s"]), int(window["step"]))
-            if searched and trial.should_prune():
-                out.costs.append(pruned_cost(record, window))
-                out.states.append("pruned")
-                out.values.append(float(window["throughput_samples_s"]))
-                raise optuna.TrialPruned()
-        value = float(record["throughput_samples_s"])
-        out.costs.append(float(record["wall_s"]))
-        out.states.append("complete")
-        out.values.append(value)
-        return value
-
-    # optimize() rather than ask/tell: GridSampler stops the study when its grid is exhausted.
-    study.optimize(objective, n_trials=max_trials)
-    return out
 
 
 def _median_or_inf(values: list[float | None]) -> float:

@@ -134,6 +134,13 @@ class TrialLimits(BaseModel):
                 )
         return self
 
+    def trial_steps(self, global_batch: int) -> int:
+        """The optimizer steps a trial of ``global_batch`` samples a step runs: ``max_steps``, or fewer when
+        ``samples`` are seen first (rounded up, and at least one step past the warm-up)."""
+        if self.samples is None:
+            return self.max_steps
+        return min(self.max_steps, max(self.warmup_steps + 1, -(-self.samples // global_batch)))
+
     def warmup_cap(self, max_steps: int | None = None) -> int:
         """The most warm-up steps of a trial of ``max_steps`` steps (default: the study's): warmup_max_steps,
         or half of the trial, never below warmup_steps nor so late that no window is left to measure."""

@@ -7,8 +7,9 @@ from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner._apply import apply_checkpointing, compute_threads, shard_model
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
+from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
-from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, WindowCallback, run_trial
+from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, run_trial
 from autotune.trial_runner._pace import PacedRun, PacedRunFailed
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._process import free_port
@@ -32,6 +33,7 @@ __all__ = [
     "WarmLauncher",
     "Window",
     "WindowCallback",
+    "WindowJudge",
     "apply_checkpointing",
     "compute_threads",
     "free_port",

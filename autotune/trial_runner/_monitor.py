@@ -16,6 +16,7 @@ from autotune.spec import TrialLimits
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._exit import classify_exit, rank_hosts, read_json
+from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._load import LoadMeter
 from autotune.trial_runner._memory import tree_memory_mb
 from autotune.trial_runner._plan import (
@@ -26,8 +27,6 @@ from autotune.trial_runner._plan import (
 )
 from autotune.trial_runner._trace import traced
 
-# Called with each new window; returns True when the trial should be pruned.
-WindowCallback = Callable[[Window], bool]
 # Called every poll with (seconds since launch, windows so far) — for progress displays.
 TickCallback = Callable[[float, list[Window]], None]
 
@@ -136,21 +135,15 @@ class Monitor:
         started = False
         polls = 0
         host_budget = None if self.device_memory else self.max_memory_mb
+        judge = WindowJudge(self.on_window, self.max_memory_mb, window_memory=self.device_memory,
+                            memory_name="device memory", memory_detail=" (max_memory_allocated, the largest rank)")
         while True:
             now = self.clock()
             polls += 1
             for window in self.tail.read():
                 verdict.windows.append(window)
-                if self.on_window is not None and self.on_window(window):
-                    verdict.outcome = Outcome.PRUNED
-                    verdict.reason = f"pruned at step {window.step}"
-                    return verdict
-                if self.device_memory and self.max_memory_mb is not None and window.peak_memory_mb > self.max_memory_mb:
-                    verdict.outcome = Outcome.OOM
-                    verdict.reason = (
-                        f"device memory {window.peak_memory_mb:.0f} MB (max_memory_allocated, the largest rank) "
-                        f"is over the budget of {self.max_memory_mb:.0f} MB"
-                    )
+                if (ended := judge(window)) is not None:
+                    verdict.outcome, verdict.reason = ended
                     return verdict
             if self.handle.poll() is not None:
                 verdict.windows.extend(self.tail.read())

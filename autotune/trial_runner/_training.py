@@ -326,9 +326,7 @@ class Trainer:
         plan, cfg, ctx = self.plan, self.config, self.ctx
         limits = plan.limits
         window = limits.window()
-        max_steps = limits.max_steps
-        if limits.samples is not None:
-            max_steps = min(max_steps, max(limits.warmup_steps + 1, math.ceil(limits.samples / cfg.global_batch)))
+        max_steps = limits.trial_steps(cfg.global_batch)
         warmup = Warmup.for_limits(limits, max_steps)
         # A paced run (a confirmation race) trains in blocks of pace_steps after its warm-up, each one released
         # by the tuner through the gate and followed by a stop there, until the tuner ends it.

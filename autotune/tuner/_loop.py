@@ -16,6 +16,8 @@ import warnings
 from collections.abc import Callable
 
 import optuna
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
 from autotune.broken_workload import check as check_broken_workload
@@ -66,6 +68,8 @@ class Tuner:
             :func:`autotune.trial_runner.run_trial`; a seam for replaying recorded trials (benchmarks,
             tests: :func:`autotune.tuner.replay_runner`), where a result comes from a landscape instead of
             a launch. Everything else is the live study's code path.
+        sampler, pruner: Optuna's, instead of the study file's (a benchmark's peers, a user's own sampler);
+            the baseline, the budget, confirmation and the choice stay autotune's.
     """
 
     def __init__(
@@ -77,9 +81,12 @@ class Tuner:
         observer: Observer | None = None,
         clock: Callable[[], float] = time.monotonic,
         run_trial: Callable[..., TrialResult] = run_trial,
+        sampler: BaseSampler | None = None,
+        pruner: BasePruner | None = None,
     ) -> None:
         self.spec = spec
         self._run_trial = run_trial
+        self._sampler, self._pruner = sampler, pruner
         self.space: SearchSpace = study_space(spec)
         self.launcher = launcher
         self.storage_url = storage_url
@@ -91,7 +98,7 @@ class Tuner:
 
     # -- public ---------------------------------------------------------------------------------------
     def open(self) -> optuna.Study:
-        return open_study(self.spec, self.space, self.storage_url)
+        return open_study(self.spec, self.space, self.storage_url, sampler=self._sampler, pruner=self._pruner)
 
     def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> TuneSummary:
         """Run until the study holds ``n_trials`` finished trials (baseline included; default: the study
@@ -241,7 +248,7 @@ class Tuner:
         if skipped is not None:
             self.observer.trial_finished(trial.number, role, config, skipped)
             return skipped
-        on_window = self._pruning(study, trial, prune=role == ROLE_SEARCH)
+        on_window = pruning_hook(self.spec, study, trial, prune=role == ROLE_SEARCH)  # the monitor's window callback
         beat = Heartbeat(study, trial, self.clock)
         trace_event("prepare", prepared, time.time(), trial=trial.number)  # suggest, the config's attrs
 
@@ -306,10 +313,6 @@ class Tuner:
                 "the rest of the study (docs/reference.md: the default sampler)"
             )
         return name
-
-    def _pruning(self, study: optuna.Study, trial: optuna.Trial, *, prune: bool) -> Callable[[Window], bool] | None:
-        """The monitor's window callback (:func:`autotune.tuner._telling.pruning_hook`)."""
-        return pruning_hook(self.spec, study, trial, prune=prune)
 
     def tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
         """Store the result on the trial (docs/storage.md), its files as artifacts, and finish it with the

@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
-from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window
+from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window, WindowJudge
 
 __all__ = ["Landscape", "Measured", "NoLaunch", "ReplayEntrant", "ReplayRunner", "recorded_runner", "replay_runner"]
 
@@ -134,40 +134,33 @@ def replay_runner(landscape: Landscape) -> ReplayRunner:
         trial_dir.mkdir(parents=True, exist_ok=True)
         plan.write(trial_dir)
         limits = plan.limits
-        max_steps = limits.max_steps
-        if limits.samples is not None:
-            max_steps = min(max_steps, max(limits.warmup_steps + 1, -(-limits.samples // config.global_batch)))
+        max_steps = limits.trial_steps(config.global_batch)
         step_s = config.global_batch / m.throughput_samples_s if m.throughput_samples_s > 0 else 1.0
-        windows: list[Window] = []
-        outcome, reason = Outcome.COMPLETE, f"finished {max_steps} steps"
         steps = list(range(limits.warmup_steps + limits.window(), max_steps + 1, limits.window()))
         if not steps or steps[-1] != max_steps:
             steps.append(max_steps)
-        for i, step in enumerate(steps):
-            if m.outcome is not Outcome.COMPLETE and i >= m.fail_after_windows:
-                outcome, reason = m.outcome, f"replayed {m.outcome.value} after {i} windows"
-                break
-            peak = m.peak_memory_mb + m.memory_growth_mb * i
-            window = Window(
+        if m.outcome is not Outcome.COMPLETE:
+            steps = steps[: m.fail_after_windows]
+        windows = [
+            Window(
                 step=step,
                 samples=step * config.global_batch,
                 elapsed_s=m.overhead_s / 2 + step * step_s,
                 window_throughput_samples_s=m.throughput_samples_s,
                 throughput_samples_s=m.throughput_samples_s,
                 loss=m.loss,
-                peak_memory_mb=peak,
+                peak_memory_mb=m.peak_memory_mb + m.memory_growth_mb * i,
                 time_to_first_step_s=m.overhead_s / 2,
             )
-            windows.append(window)
-            if on_window is not None and on_window(window):
-                outcome, reason = Outcome.PRUNED, f"pruned at step {step}"
-                break
-            if max_memory_mb is not None and peak > max_memory_mb:
-                outcome = Outcome.OOM
-                reason = f"rank 0 used {peak:.0f} MB, over the budget of {max_memory_mb:.0f} MB"
-                break
-            if on_tick is not None:
-                on_tick(window.elapsed_s, windows)
+            for i, step in enumerate(steps)
+        ]
+        judge = WindowJudge(on_window, max_memory_mb)
+        windows, ended = judged(windows, judge, on_tick)
+        outcome, reason = ended or (
+            (m.outcome, f"replayed {m.outcome.value} after {len(windows)} windows")
+            if m.outcome is not Outcome.COMPLETE
+            else (Outcome.COMPLETE, f"finished {max_steps} steps")
+        )
         result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir))
         result.take_windows(windows)
         result.settled = m.settled
@@ -178,6 +171,21 @@ def replay_runner(landscape: Landscape) -> ReplayRunner:
         return result
 
     return ReplayRunner(landscape, run, seen)
+
+
+def judged(
+    windows: list[Window], judge: WindowJudge, on_tick: Callable[[float, list[Window]], None] | None
+) -> tuple[list[Window], tuple[Outcome, str] | None]:
+    """Hand a replayed trial's windows to its judge in order, as the monitor does: the windows up to the one it
+    ended at (that one included), and how it ended (None: it ran to its last window)."""
+    seen: list[Window] = []
+    for window in windows:
+        seen.append(window)
+        if (ended := judge(window)) is not None:
+            return seen, ended
+        if on_tick is not None:
+            on_tick(window.elapsed_s, seen)
+    return seen, None
 
 
 def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable[..., TrialResult]:
@@ -213,8 +221,8 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
         windows: list[Window] = []
         if outcome in (Outcome.COMPLETE, Outcome.PRUNED):  # a pruned record replays the windows it had
             result.outcome = Outcome.COMPLETE
-            for w in recorded:
-                window = Window(
+            recorded_windows = [
+                Window(
                     step=int(w["step"]),
                     samples=int(w["step"]) * plan.config.global_batch,
                     elapsed_s=float(w["elapsed_s"]),
@@ -226,17 +234,13 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
                     peak_memory_mb=float(w.get("peak_memory_mb") or 0.0),
                     time_to_first_step_s=float(first_step),
                 )
-                windows.append(window)
-                if on_window is not None and on_window(window):
-                    result.outcome, result.reason = Outcome.PRUNED, f"pruned at step {window.step}"
-                    result.wall_s = min(wall, window.elapsed_s + teardown)
-                    break
-                if max_memory_mb is not None and window.peak_memory_mb > max_memory_mb:
-                    result.outcome = Outcome.OOM
-                    result.reason = (
-                        f"rank 0 used {window.peak_memory_mb:.0f} MB, over the budget of {max_memory_mb:.0f} MB"
-                    )
-                    break
+                for w in recorded
+            ]
+            windows, ended = judged(recorded_windows, WindowJudge(on_window, max_memory_mb), on_tick)
+            if ended is not None:
+                result.outcome, result.reason = ended
+                if ended[0] is Outcome.PRUNED:
+                    result.wall_s = min(wall, windows[-1].elapsed_s + teardown)
         result.take_windows(windows)
         if result.outcome is Outcome.COMPLETE and outcome is Outcome.COMPLETE and record.get("throughput_samples_s"):
             result.throughput_samples_s = float(record["throughput_samples_s"])

@@ -9,6 +9,8 @@ import os
 from typing import Any
 
 import optuna
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
 
 from autotune.errors import UsageError
 from autotune.search_space import SearchSpace
@@ -27,23 +29,37 @@ def open_study(
     storage_url: str | None = None,
     *,
     create: bool = True,
+    sampler: BaseSampler | None = None,
+    pruner: BasePruner | None = None,
 ) -> optuna.Study:
-    """Create the study (once) or load it, with the sampler and pruner of the study file."""
+    """Create the study (once) or load it, with the sampler and pruner of the study file (or those given:
+    a benchmark's peers, a user's own Optuna sampler)."""
     optuna.logging.set_verbosity(logging.WARNING)
     url = storage_url or spec.storage_url()
     missing = UsageError(f"no study named {spec.name!r} in {redact_url(url)}; run `autotune run {spec.source}` first")
     if not create and missing_sqlite_file(url):
         raise missing  # opening it would create an empty database file
     if not create:
-        return _open_study(spec, space, url, create=False, missing=missing)
+        return _open_study(spec, space, url, create=False, missing=missing, sampler=sampler, pruner=pruner)
     # Workers started together on an empty database would race to create the tables and the study
     # (UniqueViolation on PostgreSQL): one creates while the others wait, then load.
     with study_lock(url, SCHEMA_LOCK):
-        return _open_study(spec, space, url, create=True, missing=missing)
+        return _open_study(spec, space, url, create=True, missing=missing, sampler=sampler, pruner=pruner)
 
 
-def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, missing: Exception) -> optuna.Study:
+def _open_study(
+    spec: StudySpec,
+    space: SearchSpace,
+    url: str,
+    *,
+    create: bool,
+    missing: Exception,
+    sampler: BaseSampler | None,
+    pruner: BasePruner | None,
+) -> optuna.Study:
     storage = make_storage(url)
+    sampler = sampler if sampler is not None else make_sampler(spec, space)
+    pruner = pruner if pruner is not None else make_pruner(spec)
     directions = [o.direction or "maximize" for o in spec.objectives]
     names = [s.study_name for s in storage.get_all_studies()]
     if spec.name not in names and not create:
@@ -52,7 +68,7 @@ def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, 
         if spec.name not in names:
             study = optuna.create_study(
                 storage=storage, study_name=spec.name, directions=directions,
-                sampler=make_sampler(spec, space), pruner=make_pruner(spec),
+                sampler=sampler, pruner=pruner,
             )
             with quiet():
                 study.set_metric_names([o.key for o in spec.objectives])
@@ -68,9 +84,7 @@ def _open_study(spec: StudySpec, space: SearchSpace, url: str, *, create: bool, 
             )
             study.set_user_attr(FINGERPRINT_ATTR, study_fingerprint(spec))
             return study
-    study = optuna.load_study(
-        study_name=spec.name, storage=storage, sampler=make_sampler(spec, space), pruner=make_pruner(spec)
-    )
+    study = optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler, pruner=pruner)
     stored = [d.name.lower() for d in study.directions]
     if stored != directions:
         raise UsageError(

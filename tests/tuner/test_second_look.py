@@ -88,3 +88,29 @@ def test_the_gp_fits_no_less_noise_than_the_study_measured() -> None:
     assert noise_floor(fitted) == pytest.approx(expected)
     wild = _fitted({(0, 0): [1000.0, 500.0], (1, 0): [1010.0, 2000.0], (2, 0): [990.0]})
     assert noise_floor(wild) == MAX_NOISE_FLOOR
+
+
+def test_the_tuner_takes_an_optuna_sampler_and_pruner_instead_of_the_study_files(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # a benchmark's peers (random, grid, Optuna's TPE) run through the real loop: baseline, budget and choice stay
+    sd = study_dir("given-decisions", search_space=SPACE, trial=TRIAL, sampler={"name": "gp", "seed": 0},
+                   budget={"n_trials": 5}, confirm={"top_k": 0})
+    sampler, pruner = optuna.samplers.RandomSampler(seed=3), optuna.pruners.NopPruner()
+    asked: list[int] = []
+    original = sampler.sample_independent
+
+    def counted(*args: object, **kwargs: object) -> object:
+        asked.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    sampler.sample_independent = counted  # type: ignore[method-assign]
+    tuner = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(unlucky_once),
+                  sampler=sampler, pruner=pruner)
+    summary = tuner.run()
+    assert summary.study.sampler is sampler and summary.study.pruner is pruner
+    trials = summary.study.get_trials(deepcopy=False)
+    assert trials[0].user_attrs["role"] == "baseline" and len(trials) == 5
+    assert asked, "the given sampler proposed no search trial"
+    # no pruner: the true best's unlucky first reading (0.9 x 1200 < 1300) is not pruned
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
