@@ -124,7 +124,10 @@ def replay(strategy: str, seed: int, landscape: Landscape, max_trials: int, budg
     from autotune.tuner import NoLaunch, Tuner, recorded_runner
 
     sampler, pruner, optuna_sampler = strategy_decisions(strategy, seed)
-    with tempfile.TemporaryDirectory(prefix="autotune-replay-") as folder:
+    # in memory where the machine has a tmpfs: a replayed trial's cost is its record's, and its 30-odd SQLite
+    # commits cost far more on a disk than the replay itself
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="autotune-replay-", dir=shm) as folder:
         document = landscape.document(f"replay-{strategy}-{seed}", sampler, budget, pruner=pruner,
                                       confirm={"top_k": 0}, storage=f"sqlite:///{folder}/replay.db")
         spec = make_spec(document, Path(folder))  # trial folders in the temp folder

@@ -20,7 +20,10 @@ from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
 from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window, WindowJudge
 
-__all__ = ["Landscape", "Measured", "NoLaunch", "ReplayEntrant", "ReplayRunner", "recorded_runner", "replay_runner"]
+__all__ = [
+    "Landscape", "Measured", "NoLaunch", "RecordedRunner", "ReplayEntrant", "ReplayRunner", "recorded_runner",
+    "replay_runner",
+]
 
 
 @dataclass(frozen=True)
@@ -94,30 +97,23 @@ class ReplayEntrant:
 
 
 class ReplayRunner:
-    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in a landscape (it is
-    callable as ``run_trial``; ``paced`` opens a confirmation race's entrant)."""
+    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``.
 
-    def __init__(self, landscape: Landscape, run: Callable[..., TrialResult], seen: dict[str, int]) -> None:
-        self.landscape, self._run, self.seen = landscape, run, seen
+    The windows are those of the study file's trial section (one every ``trial.window()`` steps after the
+    warm-up, to ``max_steps``, or to ``trial.samples``); each goes to the window judge as the monitor hands
+    it over (pruned; a peak over ``max_memory_mb`` ends the trial as oom). ``paced`` opens a confirmation
+    race's entrant, which reads the landscape once per block (:class:`ReplayEntrant`).
+    """
 
-    def __call__(self, *args: Any, **kwargs: Any) -> TrialResult:
-        return self._run(*args, **kwargs)
+    def __init__(self, landscape: Landscape) -> None:
+        self.landscape = landscape
+        self.seen: dict[str, int] = {}  # how many times each configuration was read
 
     def paced(self, plan: TrialPlan, trial_dir: Path) -> ReplayEntrant:
         return ReplayEntrant(self.landscape, plan, trial_dir, self.seen)
 
-
-def replay_runner(landscape: Landscape) -> ReplayRunner:
-    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``.
-
-    The windows are those of the study file's trial section (one every ``trial.window()`` steps after the
-    warm-up, to ``max_steps``, or to ``trial.samples``); each goes to ``on_window`` (True: pruned), and a
-    peak over ``max_memory_mb`` ends the trial as oom, as the monitor does. A confirmation race reads the
-    landscape once per block (:class:`ReplayEntrant`).
-    """
-    seen: dict[str, int] = {}
-
-    def run(
+    def __call__(
+        self,
         plan: TrialPlan,
         trial_dir: Path,
         launcher: Launcher,
@@ -127,35 +123,16 @@ def replay_runner(landscape: Landscape) -> ReplayRunner:
         on_tick: Callable[[float, list[Window]], None] | None = None,
         **_: Any,
     ) -> TrialResult:
-        config = plan.config
+        config, limits = plan.config, plan.limits
         key = config.model_dump_json()
-        m = landscape(config, seen.get(key, 0))
-        seen[key] = seen.get(key, 0) + 1
+        m = self.landscape(config, self.seen.get(key, 0))
+        self.seen[key] = self.seen.get(key, 0) + 1
         trial_dir.mkdir(parents=True, exist_ok=True)
         plan.write(trial_dir)
-        limits = plan.limits
         max_steps = limits.trial_steps(config.global_batch)
         step_s = config.global_batch / m.throughput_samples_s if m.throughput_samples_s > 0 else 1.0
-        steps = list(range(limits.warmup_steps + limits.window(), max_steps + 1, limits.window()))
-        if not steps or steps[-1] != max_steps:
-            steps.append(max_steps)
-        if m.outcome is not Outcome.COMPLETE:
-            steps = steps[: m.fail_after_windows]
-        windows = [
-            Window(
-                step=step,
-                samples=step * config.global_batch,
-                elapsed_s=m.overhead_s / 2 + step * step_s,
-                window_throughput_samples_s=m.throughput_samples_s,
-                throughput_samples_s=m.throughput_samples_s,
-                loss=m.loss,
-                peak_memory_mb=m.peak_memory_mb + m.memory_growth_mb * i,
-                time_to_first_step_s=m.overhead_s / 2,
-            )
-            for i, step in enumerate(steps)
-        ]
-        judge = WindowJudge(on_window, max_memory_mb)
-        windows, ended = judged(windows, judge, on_tick)
+        windows, ended = judged(self._windows(plan, m, max_steps, step_s), WindowJudge(on_window, max_memory_mb),
+                                on_tick)
         outcome, reason = ended or (
             (m.outcome, f"replayed {m.outcome.value} after {len(windows)} windows")
             if m.outcome is not Outcome.COMPLETE
@@ -170,7 +147,34 @@ def replay_runner(landscape: Landscape) -> ReplayRunner:
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
-    return ReplayRunner(landscape, run, seen)
+    @staticmethod
+    def _windows(plan: TrialPlan, m: Measured, max_steps: int, step_s: float) -> list[Window]:
+        """The windows the trial would report, up to a failure's (``fail_after_windows``)."""
+        config, limits = plan.config, plan.limits
+        steps = list(range(limits.warmup_steps + limits.window(), max_steps + 1, limits.window()))
+        if not steps or steps[-1] != max_steps:
+            steps.append(max_steps)
+        if m.outcome is not Outcome.COMPLETE:
+            steps = steps[: m.fail_after_windows]
+        return [
+            Window(
+                step=step,
+                samples=step * config.global_batch,
+                elapsed_s=m.overhead_s / 2 + step * step_s,
+                window_throughput_samples_s=m.throughput_samples_s,
+                throughput_samples_s=m.throughput_samples_s,
+                loss=m.loss,
+                peak_memory_mb=m.peak_memory_mb + m.memory_growth_mb * i,
+                time_to_first_step_s=m.overhead_s / 2,
+            )
+            for i, step in enumerate(steps)
+        ]
+
+
+def replay_runner(landscape: Landscape) -> ReplayRunner:
+    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``
+    (:class:`ReplayRunner`)."""
+    return ReplayRunner(landscape)
 
 
 def judged(
@@ -188,17 +192,21 @@ def judged(
     return seen, None
 
 
-def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable[..., TrialResult]:
+class RecordedRunner:
     """A ``run_trial`` that replays recorded trials (benchmarks/landscape.py's records): ``lookup`` gives a
     configuration's record (``outcome``, ``reason``, ``wall_s``, ``windows`` with ``step``, ``elapsed_s``,
     ``throughput_samples_s``, ``window_throughput_samples_s``, ``peak_memory_mb``, ``loss``).
 
-    Each recorded window goes to ``on_window``; a pruned trial's ``wall_s`` is the launch-to-window time
+    Each recorded window goes to the window judge; a pruned trial's ``wall_s`` is the launch-to-window time
     plus the trial's own teardown (its wall time after its last window). A trial the record says failed
     ends with that outcome and no windows.
     """
 
-    def run(
+    def __init__(self, lookup: Callable[[TrialConfig], dict[str, Any]]) -> None:
+        self.lookup = lookup
+
+    def __call__(
+        self,
         plan: TrialPlan,
         trial_dir: Path,
         launcher: Launcher,
@@ -208,35 +216,19 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
         on_tick: Callable[[float, list[Window]], None] | None = None,
         **_: Any,
     ) -> TrialResult:
-        record = lookup(plan.config)
+        record = self.lookup(plan.config)
         trial_dir.mkdir(parents=True, exist_ok=True)
         plan.write(trial_dir)
         recorded = record.get("windows") or []
         wall = float(record.get("wall_s") or 0.0)
         teardown = max(0.0, wall - float(recorded[-1]["elapsed_s"])) if recorded else 0.0
-        first_step = record.get("time_to_first_step_s") or 0.0
         outcome = Outcome(record.get("outcome", "complete"))
-        reason = str(record.get("reason", ""))
-        result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir), wall_s=wall)
+        result = TrialResult(outcome=outcome, reason=str(record.get("reason", "")), trial_dir=str(trial_dir),
+                             wall_s=wall)
         windows: list[Window] = []
         if outcome in (Outcome.COMPLETE, Outcome.PRUNED):  # a pruned record replays the windows it had
             result.outcome = Outcome.COMPLETE
-            recorded_windows = [
-                Window(
-                    step=int(w["step"]),
-                    samples=int(w["step"]) * plan.config.global_batch,
-                    elapsed_s=float(w["elapsed_s"]),
-                    window_throughput_samples_s=float(
-                        w.get("window_throughput_samples_s") or w["throughput_samples_s"]
-                    ),
-                    throughput_samples_s=float(w["throughput_samples_s"]),
-                    loss=float(w.get("loss") or 0.0),
-                    peak_memory_mb=float(w.get("peak_memory_mb") or 0.0),
-                    time_to_first_step_s=float(first_step),
-                )
-                for w in recorded
-            ]
-            windows, ended = judged(recorded_windows, WindowJudge(on_window, max_memory_mb), on_tick)
+            windows, ended = judged(self._windows(plan, record), WindowJudge(on_window, max_memory_mb), on_tick)
             if ended is not None:
                 result.outcome, result.reason = ended
                 if ended[0] is Outcome.PRUNED:
@@ -251,4 +243,24 @@ def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> Callable
         (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
-    return run
+    @staticmethod
+    def _windows(plan: TrialPlan, record: dict[str, Any]) -> list[Window]:
+        first_step = float(record.get("time_to_first_step_s") or 0.0)
+        return [
+            Window(
+                step=int(w["step"]),
+                samples=int(w["step"]) * plan.config.global_batch,
+                elapsed_s=float(w["elapsed_s"]),
+                window_throughput_samples_s=float(w.get("window_throughput_samples_s") or w["throughput_samples_s"]),
+                throughput_samples_s=float(w["throughput_samples_s"]),
+                loss=float(w.get("loss") or 0.0),
+                peak_memory_mb=float(w.get("peak_memory_mb") or 0.0),
+                time_to_first_step_s=first_step,
+            )
+            for w in record.get("windows") or []
+        ]
+
+
+def recorded_runner(lookup: Callable[[TrialConfig], dict[str, Any]]) -> RecordedRunner:
+    """A ``run_trial`` that replays recorded trials (:class:`RecordedRunner`)."""
+    return RecordedRunner(lookup)
