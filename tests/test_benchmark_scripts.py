@@ -1,6 +1,7 @@
 """Every script in benchmarks/ answers --help and offers the --quick smoke run that benchmarks/README.md promises
-("Every script takes --help, --quick"), and the README says how to run each one and names only files that exist. The scripts' own quick runs are tested where they are cheap enough
-(test_fidelity_benchmark.py, test_search_benchmark.py, test_peer_benchmark.py, tests/scale/)."""
+("Every script takes --help, --quick"), and the README says how to run each one and names only files that
+exist. The scripts' own quick runs are tested where they are cheap enough (test_fidelity_benchmark.py,
+test_search_benchmark.py, test_peer_benchmark.py, tests/scale/)."""
 
 from __future__ import annotations
 
