@@ -50,6 +50,20 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: The CPU flags a figure can turn on: bf16 autocast is fast with avx512_bf16 (or AMX) and 10-33x slower than
+#: fp32 without it, so the quickstart's best configuration differs between such machines.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def _cpu_flags() -> list[str]:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                present = set(line.split(":", 1)[1].split())
+                return [flag for flag in CPU_FLAGS if flag in present]
+    return []
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -64,6 +78,7 @@ def machine_facts() -> dict[str, Any]:
     return {
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_model": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
         "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "torch": _version("torch"),
         "optuna": _version("optuna"),
@@ -136,8 +151,10 @@ def check(met: bool | None) -> str:
 
 
 def machine_caption(machine: Mapping[str, Any]) -> str:
+    flags = " ".join(machine.get("cpu_flags") or []) or "flags not recorded"
     return (
-        f"{machine['nproc']} cores ({machine['cpu_model']}), {machine['ram_gb']} GB RAM, torch {machine['torch']}, "
+        f"{machine['nproc']} cores ({machine['cpu_model']}; {flags}), "
+        f"{machine['ram_gb']} GB RAM, torch {machine['torch']}, "
         f"load average at start {machine['load_avg_1m_at_start']}"
     )
 
@@ -466,7 +483,8 @@ if __name__ == "__main__":
     # `python benchmarks/_common.py`: this machine, as benchmarks/README.md records it.
     facts = machine_facts()
     print(
-        f"{datetime.date.today().isoformat()}: {facts['nproc']} cores (`nproc`), {facts['cpu_model']}, "
+        f"{datetime.date.today().isoformat()}: {facts['nproc']} cores (`nproc`), {facts['cpu_model']} "
+        f"({' '.join(facts['cpu_flags']) or 'none of ' + ', '.join(CPU_FLAGS)}), "
         f"{facts['ram_gb']} GB RAM, torch {facts['torch']}, optuna {facts['optuna']}, Python {facts['python']}, "
         f"load average {facts['load_avg_1m_at_start']}"
     )

@@ -120,7 +120,7 @@ def block_cvs(runs: list[list[float]]) -> list[dict[str, Any]]:
     (``adjacent_ratio_cv``): two measurements taken back to back. Were the blocks independent it would be about
     √2 times the blocks' CV; a speed that drifts slowly makes it smaller, and a comparison of two
     configurations run back to back more precise than one of measurements taken minutes apart."""
-    out = []
+    out: list[dict[str, Any]] = []
     k = 1
     while True:
         blocks = [[statistics.fmean(r[i:i + k]) for i in range(0, len(r) - k + 1, k)] for r in runs]

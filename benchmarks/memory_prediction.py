@@ -8,7 +8,7 @@
    default sampler, replayed: ``autotune.tuner.recorded_runner``), and seeded random orders of the grid.
 2. Trial-seconds saved: the same replayed study (the real tuner, its default sampler and pruner, seeded)
    with ``constraints.max_memory_mb`` set so that a third of the space exceeds it, with the prediction
-   and without it (the loop's gate replaced by one that predicts nothing). Reported per seed: trials
+   and without it (``constraints.predict_memory: false``: every trial launched). Reported per seed: trials
    launched over the budget, configurations not launched, trial-seconds of the study, the configuration
    chosen. A trial's cost is its recorded wall time; pruned, or stopped over the budget (as the monitor
    stops it at the window over the budget), the seconds to that window plus its teardown. Two landscapes:
@@ -31,8 +31,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,23 +113,6 @@ def errors_after(order: list[dict[str, Any]], everything: list[dict[str, Any]], 
     return errors, covered
 
 
-@contextmanager
-def prediction(enabled: bool) -> Iterator[None]:
-    """The tuner as shipped, or with its memory gate replaced by one that predicts nothing."""
-    import autotune.tuner._loop as loop
-
-    original = loop.memory_gate
-    if not enabled:
-        def no_gate(spec: Any, study: Any, trial: Any, *args: Any) -> None:
-            trial.set_user_attr("predicted_memory_mb", None)
-
-        loop.memory_gate = no_gate
-    try:
-        yield
-    finally:
-        loop.memory_gate = original
-
-
 def replay_study(landscape: Landscape, records: dict[str, dict[str, Any]], seed: int, n_trials: int,
                  budget: float | None, predict: bool) -> dict[str, Any]:
     """One replayed study (the real tuner, default sampler and pruner, seeded): per trial what it cost."""
@@ -141,11 +123,12 @@ def replay_study(landscape: Landscape, records: dict[str, dict[str, Any]], seed:
     def lookup(config: TrialConfig) -> dict[str, Any]:
         return by_config[config_key(config.model_dump())]
 
-    with tempfile.TemporaryDirectory(prefix="autotune-memory-") as folder, prediction(predict):
+    with tempfile.TemporaryDirectory(prefix="autotune-memory-") as folder:
         extra: dict[str, Any] = {"confirm": {"top_k": 0}, "storage": f"sqlite:///{folder}/replay.db"}
         document = landscape.document(f"memory-{seed}", {"seed": seed}, n_trials, **extra)
         if budget is not None:
-            document["constraints"] = {"max_memory_mb": budget}
+            # Without the prediction: the study file's switch, every trial launched and measuring for itself.
+            document["constraints"] = {"max_memory_mb": budget, "predict_memory": predict}
         spec = make_spec(document, Path(folder))
         summary = Tuner(spec, launcher=NoLaunch(), run_trial=recorded_runner(lookup)).run(n_trials=n_trials)
         trials = []

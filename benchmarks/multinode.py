@@ -30,6 +30,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from _common import (
@@ -83,12 +84,14 @@ class Runner:
     """One trial of the MLP at world size 2 through one of the arms' launchers."""
 
     def __init__(self, runs_dir: Path) -> None:
-        from autotune.trial_runner import LocalLauncher
-        from autotune.trial_runner._slurm import SlurmLauncher
+        from autotune.spec import LauncherSpec
+        from autotune.trial_runner import LocalLauncher, make_launcher
+
+        def slurm(nodes: int) -> Any:  # the launcher a study file's `launcher: {kind: slurm, nodes: N}` makes
+            return make_launcher(SimpleNamespace(launcher=LauncherSpec(kind="slurm", nodes=nodes), source=__file__))
 
         self.trials = Trials(MLP, runs_dir)
-        self.launchers = {"slurm-1-node": SlurmLauncher(nodes=1), "slurm-2-nodes": SlurmLauncher(nodes=2),
-                          "local-torchrun": LocalLauncher()}
+        self.launchers = {"slurm-1-node": slurm(1), "slurm-2-nodes": slurm(2), "local-torchrun": LocalLauncher()}
         self.count = 0
 
     def run(self, arm: str, limits_: dict[str, Any]) -> Any:

@@ -354,7 +354,7 @@ def ray_tool(setup: Mapping[str, Any], folder: Path, temp_dir: str) -> dict[str,
             torch_config=ray.train.torch.TorchConfig(backend="gloo"),
             run_config=ray.train.RunConfig(name=f"train-{tune.get_context().get_trial_id()}",
                                            storage_path=str(folder / "ray_train"),
-                                           callbacks=[TuneReportCallback()]),  # type: ignore[list-item]
+                                           callbacks=[TuneReportCallback()]),  # type: ignore[list-item, unused-ignore]
         )
         trainer.fit()
 

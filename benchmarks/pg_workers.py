@@ -64,7 +64,7 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 @contextlib.contextmanager
 def private_postgres() -> Iterator[str]:
     """A throw-away PostgreSQL on a free local port (trust auth, fsync off); yields its base URL."""
-    found = shutil.which("initdb") or (sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [None])[-1]
+    found = shutil.which("initdb") or max(glob.glob("/usr/lib/postgresql/*/bin/initdb"), default=None)
     if found is None:
         raise SystemExit("PostgreSQL is not installed (apt-get install postgresql); or give --storage URL")
     bin_dir = Path(found).parent

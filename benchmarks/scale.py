@@ -96,18 +96,11 @@ def grow(spec_random: Any, size: int) -> None:
 def gp_kinds() -> dict[str, type]:
     """The GP as it is, and the same GP searching its acquisition function with Optuna's own search (what it did
     before the batched coordinate search, 2026-12-02)."""
-    from optuna.samplers import GPSampler
-
+    from autotune.compat.optuna_private import with_optuna_acquisition_search
     from autotune.tuner import PartialGPSampler
-    from autotune.tuner._acquisition import grid_of
 
-    class OptunaSearchGP(PartialGPSampler):
-        def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
-            if grid_of(acqf.search_space) is None:
-                return GPSampler._optimize_acqf(self, acqf, best_params)
-            return super()._optimize_acqf(acqf, best_params)
-
-    return {"gp": PartialGPSampler, "gp_optuna_search": OptunaSearchGP}
+    # SPACE has far more points than the GP scores exhaustively, so the GP of that time used Optuna's search on it.
+    return {"gp": PartialGPSampler, "gp_optuna_search": with_optuna_acquisition_search(PartialGPSampler)}
 
 
 def samplers(spec: Any) -> dict[str, Any]:

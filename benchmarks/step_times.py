@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
                 tail = statistics.median(slowest[len(slowest) // 2:]) if slowest else None
                 early = statistics.median(slowest[2:12]) if len(slowest) > 12 else None
                 reads = [x for r in ranks.values() for x in r["memory_read_s"]]
-                record = {"knobs": knobs, "repeat": repeat, "outcome": result.outcome.value,
+                record: dict[str, Any] = {"knobs": knobs, "repeat": repeat, "outcome": result.outcome.value,
                           "throughput_samples_s": result.throughput_samples_s, "load_at_start": load,
                           "first_steps_s": [round(x, 4) for x in slowest[:6]], "early_over_tail":
                           early / tail if early and tail else None,

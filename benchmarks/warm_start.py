@@ -104,10 +104,11 @@ def main(argv: list[str] | None = None) -> None:
     unreached = args.budget + 1  # a study that never got there counts as past its budget
     warm = [r["warm_trials_to_level"] or unreached for r in runs]
     cold = [r["cold_trials_to_level"] or unreached for r in runs]
+    warm_median = median(warm)
     summary = {
-        "runs": len(runs), "warm_trials_to_level_median": median(warm), "cold_trials_to_level_median": median(cold),
+        "runs": len(runs), "warm_trials_to_level_median": warm_median, "cold_trials_to_level_median": median(cold),
         "warm_trials_to_level_max": max(warm), "warm_within_target": sum(w <= TARGET for w in warm),
-        "target_trials": TARGET, "target_met": bool(median(warm) is not None and median(warm) <= TARGET),
+        "target_trials": TARGET, "target_met": bool(warm_median is not None and warm_median <= TARGET),
     }
     rows = [(f"{r['seed']} ({r['earlier']} -> {r['measured']})", r["warm_trials_to_level"], r["cold_trials_to_level"],
              r["warm_best"], r["cold_best"]) for r in runs]

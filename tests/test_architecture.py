@@ -256,3 +256,64 @@ def test_the_private_reach_check_sees_one() -> None:
     planted = ast.parse("import optuna\nstudy._storage.x\nfrom optuna.storages._rdb import models\n"
                         "torch._C._f()\nself._storage = 1\nfrom torch.utils.data import DataLoader\n")
     assert sorted({line for line, _ in _private_reaches(planted)}) == [2, 3, 4]
+
+
+# benchmarks/ measures the product as a user gets it: public names only (autotune's exports, and
+# autotune.compat where a benchmark needs a private name of Optuna or torch). It is not a package, so the
+# room checks above do not read it.
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+def _benchmark_reaches(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Optuna's and torch's private names (as in autotune), autotune's private modules and names, another
+    object's private attribute, and a private method overridden in a subclass."""
+    yield from _private_reaches(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Attribute):
+            if _private(node.attr) and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                yield node.lineno, _dotted(node) or f"(...).{node.attr}"
+            continue
+        elif isinstance(node, ast.ClassDef) and node.bases:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and _private(item.name):
+                    yield item.lineno, f"{node.name}.{item.name} overrides a private method"
+            continue
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] == "autotune" and any(_private(p) for p in name.split(".")[1:]):
+                yield node.lineno, name
+
+
+def test_benchmarks_use_public_names_only() -> None:
+    found = []
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        for line, reached in _benchmark_reaches(ast.parse(path.read_text(), str(path))):
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {reached}")
+    assert not found, ("benchmarks measure the public product: use autotune's exports, or autotune.compat for "
+                       "a private name of Optuna or torch:\n" + "\n".join(sorted(set(found))))
+
+
+def test_the_benchmark_check_sees_each_kind() -> None:
+    planted = ast.parse(
+        "from autotune.tuner._acquisition import grid_of\n"
+        "import autotune.tuner._loop as loop\n"
+        "from autotune.tuner import _memory\n"
+        "GPSampler._optimize_acqf(s, a, b)\n"
+        "class G(PartialGPSampler):\n"
+        "    def _optimize_acqf(self, a, b):\n"
+        "        return super()._optimize_acqf(a, b)\n"
+        "from optuna.storages._rdb import models\n"
+        "from autotune.tuner import Tuner\n"
+        "self._count += 1\n"
+        "from autotune.compat.optuna_private import trials_of\n"
+        "from _common import stage\n"
+        "class Own:\n"
+        "    def _helper(self):\n"
+        "        pass\n"
+    )
+    assert sorted({line for line, _ in _benchmark_reaches(planted)}) == [1, 2, 3, 4, 6, 7, 8]

@@ -7,6 +7,7 @@ import datetime
 from pathlib import Path
 
 import optuna
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -62,3 +63,22 @@ def test_the_torch_accessors_work(tmp_path: Path) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def test_a_sampler_can_be_given_optunas_own_acquisition_search() -> None:
+    class OwnSearch(optuna.samplers.GPSampler):
+        def _optimize_acqf(self, acqf: object, best_params: object) -> object:  # a search of its own
+            raise AssertionError("the subclass's search ran")
+
+    def objective(trial: optuna.Trial) -> float:
+        return trial.suggest_float("x", 0.0, 1.0) ** 2 + trial.suggest_int("n", 1, 4)
+
+    for sampler_class, fails in ((OwnSearch, True), (optuna_private.with_optuna_acquisition_search(OwnSearch), False)):
+        study = optuna.create_study(sampler=sampler_class(seed=0, n_startup_trials=2))
+        if fails:
+            with pytest.raises(AssertionError, match="the subclass's search ran"):
+                study.optimize(objective, n_trials=3)
+        else:
+            study.optimize(objective, n_trials=4)
+            assert len(study.trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    assert optuna_private.with_optuna_acquisition_search(OwnSearch).__name__ == "OwnSearchWithOptunaSearch"

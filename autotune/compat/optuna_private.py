@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial, TrialState
+
+GPSamplerT = TypeVar("GPSamplerT", bound=optuna.samplers.GPSampler)
 
 #: GPSampler's private attributes and methods that autotune's samplers set or override (autotune.tuner._gp):
 #: the least noise variance of a fit, the fit's cache, the acquisition search, its settings and random state.
@@ -109,6 +111,19 @@ def preload_gp_modules() -> None:
     """Import what GPSampler's first fit imports (:data:`GP_MODULES`)."""
     for name in GP_MODULES:
         importlib.import_module(name)
+
+
+def with_optuna_acquisition_search(sampler_class: type[GPSamplerT]) -> type[GPSamplerT]:
+    """A subclass of ``sampler_class`` (a GPSampler) that searches its acquisition function with Optuna's own
+    search (``GPSampler._optimize_acqf``), whatever search the class has of its own: autotune's GP as it was
+    before its batched coordinate search on a large discrete space, kept for benchmarks/scale.py to compare."""
+
+    class WithOptunaSearch(sampler_class):  # type: ignore[valid-type,misc]
+        def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
+            return optuna.samplers.GPSampler._optimize_acqf(self, acqf, best_params)
+
+    WithOptunaSearch.__name__ = WithOptunaSearch.__qualname__ = f"{sampler_class.__name__}WithOptunaSearch"
+    return WithOptunaSearch
 
 
 def missing() -> list[str]:

@@ -217,7 +217,7 @@ with Path(__file__).with_name("imports.jsonl").open("a") as out:
 def test_autotune_run_starts_the_zygote_before_it_imports_the_workload(study_dir: Callable[..., StudyDir]) -> None:
     # A real model's imports take seconds (transformers: ~5 s here), and so do the zygote's (torch, 3.4 s): the
     # CLI starts the zygote first, from the study file alone, so the two overlap (a 1-trial run of
-    # studies/hf_gpt2.yaml: first rank 7.0 -> 4.9 s after the command started; benchmarks/README.md section 1).
+    # studies/hf_gpt2.yaml: first rank 7.1 -> 5.2 s after the command started; benchmarks/README.md section 1).
     sd = study_dir("zygote-first", search_space={"batch_size": {"choices": [8, 16]}}, confirm={"top_k": 0})
     (sd.folder / "probe.py").write_text(PROBE)
     sd.file.write_text(sd.file.read_text().replace("faulty.py:build", "probe.py:build"))
