@@ -187,9 +187,9 @@ def pruning_savings(pruned: list[Replay], unpruned: list[Replay], landscape: Lan
 
 
 def trials_of(strategy: str, landscape: Landscape, max_trials: int | None) -> int:
-    """A replayed study's length: ``--max-trials`` caps the real tuner's replays (0.2-0.4 s a trial on the
-    361-configuration landscape); the plain Optuna loops cost milliseconds a trial and always run twice the
-    grid's size, so random search's trials to the level are counted, not cut off."""
+    """A replayed study's length: ``--max-trials`` caps the autotune strategies' replays; the peers (random, grid,
+    Optuna's TPE; the same Tuner, 0.1-0.4 s a replayed trial) always run twice the grid's size, so random
+    search's trials to the level are counted, not cut off."""
     full = 2 * landscape.size
     return min(full, max_trials) if max_trials and strategy.startswith("autotune") else full
 
@@ -434,8 +434,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--landscape", type=Path, help="landscape JSON (default benchmarks/landscape.json)")
     parser.add_argument("--seeds", type=int, help="replayed seeds per strategy (default 20; quick 3)")
     parser.add_argument("--max-trials", type=int,
-                        help="trials per replayed autotune study (default twice the grid size; the plain Optuna "
-                        "strategies always run that)")
+                        help="trials per replayed autotune study (default twice the grid size; the peers "
+                        "(random, grid, optuna-tpe) always run that)")
     parser.add_argument("--jobs", type=int, default=1, help="replay in this many processes (default 1)")
     parser.add_argument("--budget", type=int, help="trials of a study: live run and fixed-budget columns (default 15)")
     parser.add_argument("--live", action="store_true", help="run one real study instead of replaying")
