@@ -97,7 +97,7 @@ def gp_kinds() -> dict[str, type]:
     """The GP as it is, and the same GP searching its acquisition function with Optuna's own search (what it did
     before the batched coordinate search, 2026-12-02)."""
     from autotune.compat.optuna_private import with_optuna_acquisition_search
-    from autotune.tuner import PartialGPSampler
+    from autotune.samplers import PartialGPSampler
 
     # SPACE has far more points than the GP scores exhaustively, so the GP of that time used Optuna's search on it.
     return {"gp": PartialGPSampler, "gp_optuna_search": with_optuna_acquisition_search(PartialGPSampler)}
@@ -109,7 +109,8 @@ def samplers(spec: Any) -> dict[str, Any]:
     and the default."""
     import optuna
 
-    from autotune.tuner import GP_MAX_TRIALS, make_storage
+    from autotune.samplers import GP_MAX_TRIALS
+    from autotune.tuner import make_storage
 
     kinds = gp_kinds()
 
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     report_repeats = args.report_repeats or (1 if args.quick else 2)
     out = args.out or default_out("scale", args.quick)
     quiet_optuna()
-    from autotune.tuner import GP_MAX_TRIALS
+    from autotune.samplers import GP_MAX_TRIALS
 
     started = time.monotonic()
     machine = machine_facts()

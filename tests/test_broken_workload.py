@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import autotune
-from autotune.broken_workload import STOP_AFTER, find_broken
+from autotune.tuner import STOP_AFTER, find_broken
 
 USER_FILE = "/home/user/project/wl.py"
 AUTOTUNE_FILE = Path(autotune.__file__).parent / "trial_runner" / "_training.py"

@@ -148,7 +148,8 @@ CHECK = textwrap.dedent(
     import optuna
     from autotune.search_space import study_space
     from autotune.spec import parse_spec
-    from autotune.tuner import make_pruner, make_sampler
+    from autotune.pruners import make_pruner
+    from autotune.samplers import make_sampler
 
     spec = parse_spec({"name": "deps", "workload": {"entrypoint": "autotune.workloads.mlp:build"},
                        "search_space": {"batch_size": {"low": 16, "high": 256, "log": True},

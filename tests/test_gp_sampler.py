@@ -10,12 +10,11 @@ import pytest
 from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.objectives import NoiseAwarePruner
+from autotune.pruners import NoiseAwarePruner, make_pruner
+from autotune.samplers import OneThreadGPSampler, PartialGPSampler, make_sampler
+from autotune.samplers._gp_view import WithPartial
 from autotune.search_space import study_space
 from autotune.spec import parse_spec
-from autotune.tuner import make_pruner, make_sampler
-from autotune.tuner._gp import OneThreadGPSampler, PartialGPSampler
-from autotune.tuner._gp_view import WithPartial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -246,7 +245,7 @@ def test_a_small_discrete_space_gets_the_acquisitions_best_unmeasured_point(monk
     """Every point of the space (241 x 3 x 2 x 2) is scored: each proposal after the start-up trials is the
     acquisition function's maximum over the points not yet measured, never a random draw and never
     Optuna's sampled search."""
-    from autotune.tuner import _acquisition
+    from autotune.samplers import _acquisition
 
     def not_sampled(self: object, acqf: object, best: object) -> None:
         raise AssertionError("Optuna's sampled acquisition search ran on a small discrete space")
@@ -308,7 +307,7 @@ def test_a_space_with_a_continuous_knob_keeps_optunas_acquisition_search(monkeyp
     assert calls == 3
     from optuna._gp.search_space import SearchSpace
 
-    from autotune.tuner._acquisition import EXHAUSTIVE_POINTS, grid_of
+    from autotune.samplers._acquisition import EXHAUSTIVE_POINTS, grid_of
 
     assert grid_of(SearchSpace(space)) is None and grid_of(SearchSpace(_DISCRETE)) is not None
     big = {f"k{i}": optuna.distributions.IntDistribution(0, 9) for i in range(5)}  # 100,000 points
@@ -333,7 +332,7 @@ def test_a_large_discrete_space_is_climbed_in_batches_to_optunas_optimum(monkeyp
     own search reaches, with a small fraction of its evaluation calls, and proposes an unmeasured point."""
     from optuna._gp.search_space import SearchSpace
 
-    from autotune.tuner import _acquisition
+    from autotune.samplers import _acquisition
 
     assert _acquisition.grid_of(SearchSpace(_LARGE)) is None and _acquisition.all_discrete(SearchSpace(_LARGE))
     compared: list[tuple[float, float, int, int]] = []  # ours, Optuna's, and each one's evaluation calls
@@ -376,7 +375,7 @@ def test_a_large_discrete_space_is_climbed_in_batches_to_optunas_optimum(monkeyp
 def test_a_climb_tries_every_value_of_a_short_knob_and_powers_of_two_steps_of_a_long_one() -> None:
     import numpy as np
 
-    from autotune.tuner._acquisition import _neighbours
+    from autotune.samplers._acquisition import _neighbours
 
     short, long = np.linspace(0, 1, 4), np.linspace(0, 1, 241)
     x = np.array([short[1], long[100]])

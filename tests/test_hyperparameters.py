@@ -305,7 +305,7 @@ def test_calibrate_overrides_on_a_spec_keep_its_hyperparameters_and_fixed_knobs(
 def test_grid_points_of_float_hyperparameters() -> None:
     from optuna.distributions import FloatDistribution
 
-    from autotune.tuner import float_grid
+    from autotune.samplers import float_grid
 
     assert float_grid(FloatDistribution(0.0, 0.4)) == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
     assert float_grid(FloatDistribution(1e-4, 1e-2, log=True)) == pytest.approx([1e-4, 10**-3.5, 1e-3, 10**-2.5, 1e-2])

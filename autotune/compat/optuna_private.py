@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 GPSamplerT = TypeVar("GPSamplerT", bound=optuna.samplers.GPSampler)
 
-#: GPSampler's private attributes and methods that autotune's samplers set or override (autotune.tuner._gp):
+#: GPSampler's private attributes and methods that autotune's samplers set or override (autotune.samplers._gp):
 #: the least noise variance of a fit, the fit's cache, the acquisition search, its settings and random state.
 GP_SAMPLER_INTERNALS = (
     "_minimum_noise", "_gprs_cache_list", "_get_constraints_acqf_args", "_optimize_acqf",

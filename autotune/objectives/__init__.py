@@ -1,16 +1,17 @@
 """Objectives: what a trial's measurements are worth.
 
 Objective and intermediate values, constraints, peak memory predicted before launch
-(:class:`MemoryModel`), autotune's multi-objective pruning rule (:class:`DominancePruner`), Pareto fronts,
+(:class:`MemoryModel`), Pareto fronts, the study's reading noise and the pruning margin it sets,
 confirmation statistics, configuration keys, and the one choice of a study (:func:`choose`). No torch;
-Optuna for the single-objective pruner and for reading a study's trials.
+Optuna for reading a study's trials. The Optuna plug-ins built on these live in ``pruners/`` and ``samplers/``.
 """
 
 from autotune.objectives._choice import RACE_ATTR, Choice, choose, choose_from_race, is_reference, measured_groups
 from autotune.objectives._compile_payback import CompilePayback, compile_payback, complete_trials
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
-from autotune.objectives._dominance import dominates, pareto_front
+from autotune.objectives._dominance import check_directions, check_length, dominates, pareto_front
+from autotune.objectives._margin import MARGIN_RANGE, MIN_NOISE_DF, PRIOR_MARGIN, measured_margin, reading_noise
 from autotune.objectives._memory_model import MemoryModel, MemoryPoint, MemoryPrediction, ModelSize, memory_points
 from autotune.objectives._metrics import (
     CONSTRAINT_NAMES,
@@ -31,8 +32,6 @@ from autotune.objectives._noise import (
     half_width,
     pooled_sd,
 )
-from autotune.objectives._noise_pruner import MIN_NOISE_DF, NoiseAwarePruner, measured_margin, reading_noise
-from autotune.objectives._pruning import DominancePruner, History, PruningDecision
 from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, fit, standing
 from autotune.objectives._time_to_loss import (
     RunningTimeToLoss,
@@ -46,14 +45,13 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_NOISE_DF", "MIN_ROUNDS", "RACE_ATTR", "Choice", "CompilePayback",
-    "Contrast",
-    "DominancePruner", "Fit", "Group", "History", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction",
-    "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision", "RunningTimeToLoss", "Separation", "Standing",
-    "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race",
-    "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast", "could_separate",
-    "dominates", "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width",
-    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value",
-    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "standing",
-    "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MARGIN_RANGE", "MIN_NOISE_DF", "MIN_ROUNDS", "PRIOR_MARGIN",
+    "RACE_ATTR", "Choice", "CompilePayback", "Contrast", "Fit", "Group", "Measurement", "MemoryModel",
+    "MemoryPoint", "MemoryPrediction", "ModelSize", "Pooled", "RunningTimeToLoss", "Separation", "Standing",
+    "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "check_directions", "check_length", "choose",
+    "choose_best", "choose_from_race", "compile_payback", "complete_trials", "config_key", "constraint_values",
+    "contrast", "could_separate", "dominates", "estimate_time_to_loss", "explain_choice", "fit",
+    "group_measurements", "half_width", "is_reference", "loss_noise_floor", "measured_groups", "measured_margin",
+    "memory_points", "metric_value", "objective_values", "pareto_front", "pooled_sd", "reading_noise",
+    "running_value", "standing", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

@@ -62,7 +62,8 @@ def running_value(objective: ObjectiveSpec, warmup_steps: int | None = None) -> 
 
 
 def window_history(windows: Sequence[Window], objectives: Sequence[ObjectiveSpec]) -> list[tuple[int, list[float]]]:
-    """A trial's ``(step, values)`` per window, the history :class:`DominancePruner` compares at a step."""
+    """A trial's ``(step, values)`` per window, the history :class:`autotune.pruners.DominancePruner` compares at
+    a step."""
     return [(w.step, [window_value(w, o) for o in objectives]) for w in windows]
 
 

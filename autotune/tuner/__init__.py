@@ -8,8 +8,6 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
-from autotune.tuner._gp import GP_MAX_TRIALS, PartialGPSampler
-from autotune.tuner._gp_view import noise_floor
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
@@ -25,8 +23,8 @@ from autotune.tuner._roles import (
     ROLE_SEARCH,
     counts_toward_budget,
 )
-from autotune.tuner._sampling import FeasibleReferences, float_grid, grid_points, make_pruner, make_sampler
 from autotune.tuner._second_look import SECOND_LOOK
+from autotune.tuner._stop_rule import STOP_AFTER, BrokenWorkload, BrokenWorkloadError, find_broken
 from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
 from autotune.tuner._study import FINGERPRINT_ATTR, feasible, machine_facts, open_study, read_study
 from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_line
@@ -34,7 +32,6 @@ from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_li
 __all__ = [
     "FINGERPRINT_ATTR",
     "FINISHED",
-    "GP_MAX_TRIALS",
     "GRACE_PERIOD_S",
     "HEARTBEAT_INTERVAL_S",
     "INTERRUPTED",
@@ -42,14 +39,15 @@ __all__ = [
     "ROLE_CONFIRM",
     "ROLE_SEARCH",
     "SECOND_LOOK",
+    "STOP_AFTER",
     "WARM_START_ATTR",
-    "FeasibleReferences",
+    "BrokenWorkload",
+    "BrokenWorkloadError",
     "Interrupted",
     "Landscape",
     "Measured",
     "NoLaunch",
     "Observer",
-    "PartialGPSampler",
     "TuneSummary",
     "Tuner",
     "WarmStart",
@@ -58,14 +56,10 @@ __all__ = [
     "confirmation_record",
     "counts_toward_budget",
     "feasible",
-    "float_grid",
-    "grid_points",
+    "find_broken",
     "machine_facts",
-    "make_pruner",
-    "make_sampler",
     "make_storage",
     "measured_groups",
-    "noise_floor",
     "not_launched",
     "open_study",
     "predict_memory",

@@ -20,17 +20,16 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
-from autotune.broken_workload import check as check_broken_workload
 from autotune.compat import optuna_private
 from autotune.errors import LaunchError
 from autotune.objectives import Group, config_key
+from autotune.samplers import preload_gp
 from autotune.search_space import SearchSpace, TrialConfig, study_space
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, trace_event, traced
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
-from autotune.tuner._gp import preload_gp
 from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._observer import Observer
 from autotune.tuner._params import admissible_params, record_params
@@ -46,6 +45,7 @@ from autotune.tuner._recovery import (
 from autotune.tuner._results import TuneSummary, summarize
 from autotune.tuner._roles import ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
 from autotune.tuner._second_look import SECOND_LOOK, queue_second_look
+from autotune.tuner._stop_rule import check as check_broken_workload
 from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
 from autotune.tuner._telling import pruning_hook, tell, tell_interrupted

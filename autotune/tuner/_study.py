@@ -13,9 +13,10 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from autotune.errors import UsageError
+from autotune.pruners import make_pruner
+from autotune.samplers import make_sampler
 from autotune.search_space import SearchSpace
 from autotune.spec import StudySpec, redact_url
-from autotune.tuner._sampling import make_pruner, make_sampler
 from autotune.tuner._storage import SCHEMA_LOCK, make_storage, missing_sqlite_file, quiet, study_lock
 from autotune.version import __version__
 from autotune.workload_check import cpu_model, study_fingerprint

@@ -1,7 +1,7 @@
 """Telling and scoring: a trial's result stored on it and told to Optuna, and the pruning hooks.
 
 The stored attributes are docs/storage.md's. A single-objective study reports every window to Optuna's
-pruner; a multi-objective one asks autotune's own rule (:class:`autotune.objectives.DominancePruner`)
+pruner; a multi-objective one asks autotune's own rule (:class:`autotune.pruners.DominancePruner`)
 whether the running trial can still reach the front of the finished ones.
 """
 
@@ -16,7 +16,6 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.objectives import (
-    DominancePruner,
     constraint_values,
     is_reference,
     objective_values,
@@ -24,6 +23,7 @@ from autotune.objectives import (
     time_to_loss_attrs,
     window_extras,
 )
+from autotune.pruners import DominancePruner
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import traced

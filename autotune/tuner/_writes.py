@@ -17,6 +17,7 @@ import optuna
 from optuna.storages import BaseStorage
 
 from autotune.compat import optuna_private
+from autotune.samplers import CONSTRAINTS_PREFIX
 
 __all__ = ["CONSTRAINTS_PREFIX", "BatchedSystemAttrs", "set_user_attrs"]
 
@@ -35,9 +36,6 @@ def _write(storage: BaseStorage, trial_id: int, user: dict[str, Any], system: di
         for key, value in system.items():
             write(False, trial_id, key, value)
 
-
-#: How ``optuna.Trial.set_constraint`` stores a constraint: a system attribute under this prefix.
-CONSTRAINTS_PREFIX = "constraints:"
 
 
 def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None = None) -> None:

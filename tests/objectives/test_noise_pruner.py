@@ -7,8 +7,8 @@ import math
 import optuna
 import pytest
 
-from autotune.objectives import NoiseAwarePruner, Pooled, measured_margin, reading_noise
-from autotune.objectives._noise_pruner import MARGIN_RANGE, PRIOR_MARGIN
+from autotune.objectives import MARGIN_RANGE, PRIOR_MARGIN, Pooled, measured_margin, reading_noise
+from autotune.pruners import NoiseAwarePruner
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -121,7 +121,7 @@ def test_an_infeasible_or_unfinished_trial_is_never_the_reference(outcome: str, 
 
 @pytest.mark.parametrize("outcome, memory", INFEASIBLE)
 def test_successive_halving_sees_only_feasible_complete_references(outcome: str, memory: float) -> None:
-    from autotune.tuner import FeasibleReferences
+    from autotune.pruners import FeasibleReferences
 
     halving = optuna.pruners.SuccessiveHalvingPruner(min_resource=10, reduction_factor=2)
     study = optuna.create_study(direction="maximize")

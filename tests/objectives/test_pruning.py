@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from autotune.objectives import DominancePruner, History
+from autotune.pruners import DominancePruner, History
 
 # objectives: throughput (maximize), peak memory MB (minimize)
 MAX_MIN = ["maximize", "minimize"]

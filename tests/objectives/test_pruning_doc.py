@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from autotune.objectives import DominancePruner
+from autotune.pruners import DominancePruner
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "pruning.md").read_text()
 

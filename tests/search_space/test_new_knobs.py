@@ -258,7 +258,7 @@ def test_report_table_shows_searched_env_threads_and_compile_columns() -> None:
 
 
 def test_gp_search_over_sharding_with_pruned_fsdp_trials_lacking_ddp_knobs() -> None:
-    from autotune.tuner import PartialGPSampler
+    from autotune.samplers import PartialGPSampler
 
     space = space_of(search_space={"sharding": {"choices": ["ddp", "fsdp"]}, "bucket_cap_mb": {"choices": [1, 25]},
                                    "threads_per_rank": {"choices": ["auto", 1, 2]}})

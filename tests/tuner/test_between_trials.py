@@ -19,9 +19,10 @@ import pytest
 from optuna.artifacts import get_all_artifact_meta
 from optuna.trial import TrialState
 
+from autotune.samplers import PartialGPSampler
 from autotune.search_space import TrialConfig, study_space
 from autotune.trial_runner import TRACE_ENV
-from autotune.tuner import Interrupted, Measured, NoLaunch, PartialGPSampler, Tuner, replay_runner
+from autotune.tuner import Interrupted, Measured, NoLaunch, Tuner, replay_runner
 from autotune.tuner._writes import set_user_attrs
 from autotune.workload_check import load_spec
 

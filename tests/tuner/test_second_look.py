@@ -12,9 +12,10 @@ import pytest
 from optuna.samplers import GPSampler
 
 from autotune.objectives import choose, reading_noise
+from autotune.samplers import noise_floor
+from autotune.samplers._gp_view import DEFAULT_MINIMUM_NOISE_VAR, MAX_NOISE_FLOOR
 from autotune.search_space import TrialConfig
-from autotune.tuner import SECOND_LOOK, Measured, NoLaunch, Tuner, noise_floor, replay_runner
-from autotune.tuner._gp_view import DEFAULT_MINIMUM_NOISE_VAR, MAX_NOISE_FLOOR
+from autotune.tuner import SECOND_LOOK, Measured, NoLaunch, Tuner, replay_runner
 from autotune.workload_check import load_spec
 
 from .conftest import StudyDir

@@ -1,5 +1,5 @@
 """The search of the GP's acquisition function over a space of discrete knobs: every point of a small one, a
-batched coordinate search of a larger one (:class:`~autotune.tuner._gp.PartialGPSampler` proposes the best point
+batched coordinate search of a larger one (:class:`~autotune.samplers.PartialGPSampler` proposes the best point
 either scored that is not yet measured)."""
 
 from __future__ import annotations

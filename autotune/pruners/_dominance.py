@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.objectives._dominance import check_directions, check_length, dominates
+from autotune.objectives import check_directions, check_length, dominates
 
 #: One finished trial's history: ``(step, values)`` per reporting window, values in objective order.
 History = Sequence[tuple[int, Sequence[float]]]

@@ -14,7 +14,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
 from autotune.objectives import MIN_NOISE_DF, pooled_sd
-from autotune.tuner._writes import CONSTRAINTS_PREFIX
+
+#: How ``optuna.Trial.set_constraint`` stores a constraint: a system attribute under this prefix.
+CONSTRAINTS_PREFIX = "constraints:"
 
 #: Optuna's own least noise variance of a GP fit (optuna._gp.prior.DEFAULT_MINIMUM_NOISE_VAR).
 DEFAULT_MINIMUM_NOISE_VAR = 1e-6

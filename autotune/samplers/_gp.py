@@ -14,8 +14,8 @@ from optuna.samplers import GPSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
-from autotune.tuner._acquisition import all_discrete, coordinate_search, evaluate, grid_of
-from autotune.tuner._gp_view import (
+from autotune.samplers._acquisition import all_discrete, coordinate_search, evaluate, grid_of
+from autotune.samplers._gp_view import (
     ABSENT,
     DEFAULT_MINIMUM_NOISE_VAR,
     WithPartial,
@@ -86,7 +86,7 @@ class PartialGPSampler(OneThreadGPSampler):
     On a space of discrete knobs (choices, integer ranges) of up to ``EXHAUSTIVE_POINTS`` points, the
     acquisition function is evaluated at every point, and the trial gets the best one not yet measured:
     exact where Optuna's search samples, and never spent on a repeat. On a larger discrete space Optuna's
-    search runs batched (:func:`~autotune.tuner._acquisition.coordinate_search`), and the trial gets the best
+    search runs batched (:func:`~autotune.samplers._acquisition.coordinate_search`), and the trial gets the best
     point it scored that is not yet measured.
 
     Past ``max_trials`` finished trials (``GP_MAX_TRIALS``, 100) the fit and the acquisition search cost a second
