@@ -2,7 +2,8 @@
 
 Objective and intermediate values, constraints, peak memory predicted before launch
 (:class:`MemoryModel`), autotune's multi-objective pruning rule (:class:`DominancePruner`), Pareto fronts,
-confirmation statistics, configuration keys, and the one choice of a study (:func:`choose`). No torch;
+confirmation statistics, configuration keys, a study's trials read as a plan for another scale
+(:func:`study_scale_plan`), and the one choice of a study (:func:`choose`). No torch;
 Optuna for the single-objective pruner and for reading a study's trials.
 """
 
@@ -34,6 +35,15 @@ from autotune.objectives._noise import (
 from autotune.objectives._noise_pruner import MIN_NOISE_DF, NoiseAwarePruner, measured_margin, reading_noise
 from autotune.objectives._pruning import DominancePruner, History, PruningDecision
 from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, fit, standing
+from autotune.objectives._scale_plan import (
+    NOISE_SCALE_ATTR,
+    ScaleOption,
+    ScalePlan,
+    held_global_batch,
+    noise_scale_of,
+    scale_plan,
+    study_scale_plan,
+)
 from autotune.objectives._time_to_loss import (
     RunningTimeToLoss,
     TimeToLoss,
@@ -46,14 +56,14 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_NOISE_DF", "MIN_ROUNDS", "RACE_ATTR", "Choice", "CompilePayback",
-    "Contrast",
-    "DominancePruner", "Fit", "Group", "History", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction",
-    "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision", "RunningTimeToLoss", "Separation", "Standing",
-    "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race",
-    "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast", "could_separate",
-    "dominates", "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width",
-    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value",
-    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "standing",
-    "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_NOISE_DF", "MIN_ROUNDS", "NOISE_SCALE_ATTR", "RACE_ATTR",
+    "Choice", "CompilePayback", "Contrast", "DominancePruner", "Fit", "Group", "History", "Measurement",
+    "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision",
+    "RunningTimeToLoss", "ScaleOption", "ScalePlan", "Separation", "Standing", "TimeToLoss", "TimeToLossRow",
+    "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race", "compile_payback", "complete_trials",
+    "config_key", "constraint_values", "contrast", "could_separate", "dominates", "estimate_time_to_loss",
+    "explain_choice", "fit", "group_measurements", "half_width", "held_global_batch", "is_reference",
+    "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value", "noise_scale_of",
+    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "scale_plan", "standing",
+    "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history", "window_value"
 ]

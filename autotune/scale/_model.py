@@ -147,10 +147,10 @@ def _free(cols: _Columns) -> np.ndarray:
     )
 
 
-def _fit(cols: _Columns, free: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
-    """Least squares on log step time over the free terms, from a start derived from the readings."""
-    if start is None:
-        start = _start(cols)
+def _fit(cols: _Columns, free: np.ndarray, refit: np.ndarray | None = None) -> np.ndarray:
+    """Least squares on log step time over the free terms, from a start derived from the readings (or, for a
+    bootstrap refit, from the first fit ``refit``)."""
+    start = _start(cols) if refit is None else refit
     lower = np.array([0.0] * 6 + [1.0])
     upper = np.array([np.inf] * 6 + [GAMMA_MAX])
     fixed = start.copy()
@@ -164,7 +164,8 @@ def _fit(cols: _Columns, free: np.ndarray, start: np.ndarray | None = None) -> n
 
     best: np.ndarray | None = None
     best_cost = math.inf
-    for gamma in (1.0, 2.0, 5.0):  # the overlap's fit has local minima: start from three degrees of it
+    # the overlap's fit has local minima: a first fit starts from three degrees of it, a refit from the fit
+    for gamma in (1.0, 2.0, 5.0) if refit is None else (float(refit[6]),):
         x0 = fixed.copy()
         x0[6] = gamma if free[6] else 1.0
         x0 = np.clip(x0, lower + 1e-12, upper - 1e-9)[free]
@@ -220,7 +221,7 @@ class ScaleModel:
         for _ in range(bootstrap):
             index = rng.integers(0, len(readings), len(readings))
             sample = cols.take(index)
-            boot.append(_fit(sample, free & _free(sample), start=p))
+            boot.append(_fit(sample, free & _free(sample), refit=p))
         params = ScaleParams(*(float(v) for v in p))
         return cls(readings, params, tuple(bool(f) for f in free), residuals, np.array(boot).reshape(-1, 7))
 
