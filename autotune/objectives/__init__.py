@@ -42,6 +42,7 @@ from autotune.objectives._scale_plan import (
     held_global_batch,
     noise_scale_of,
     scale_plan,
+    study_readings,
     study_scale_plan,
 )
 from autotune.objectives._time_to_loss import (
@@ -65,5 +66,5 @@ __all__ = [
     "explain_choice", "fit", "group_measurements", "half_width", "held_global_batch", "is_reference",
     "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value", "noise_scale_of",
     "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "scale_plan", "standing",
-    "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history", "window_value"
+    "study_readings", "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history", "window_value"
 ]

@@ -35,6 +35,7 @@ __all__ = [
     "held_global_batch",
     "noise_scale_of",
     "scale_plan",
+    "study_readings",
     "study_scale_plan",
 ]
 
@@ -89,6 +90,12 @@ def _readings(groups: Sequence[Any], nodes_per_trial: int) -> list[StepReading]:
                     StepReading(nodes_per_trial, int(c["world_size"]), int(c["batch_size"]), int(c["grad_accum"]), step)
                 )
     return out
+
+
+def study_readings(study: optuna.Study, nodes_per_trial: int = 1) -> list[StepReading]:
+    """Every complete, feasible throughput measurement of the study as a reading of the scale model (its
+    trials ran on ``nodes_per_trial`` nodes each)."""
+    return _readings(measured_groups(study, THROUGHPUT), nodes_per_trial)
 
 
 def noise_scale_of(study: optuna.Study) -> float | None:
