@@ -10,7 +10,7 @@ and the ``grad_accum - 1`` micro-batches before it do not sync::
 
 The sync across nodes grows with the nodes, not with the ranks as Pollux has it: a ring all-reduce moves
 ``2 (K - 1) / K`` of the gradient through each node's network link, nearly the same for any ``K``, and on
-the Pollux traces a per-rank growth fitted on two nodes predicted 4-16 nodes 40-100% slow
+the Pollux traces a per-rank growth fitted on two nodes put the 4-16-node step times 41-101% too slow
 (benchmarks/pollux_traces.py).
 
 The fit minimises the squared log error of the step time (every reading weighs by its relative error).
