@@ -152,3 +152,22 @@ def test_a_measured_noise_scale_ranks_by_goodput(local_study: StudyDir) -> None:
     assert best.efficiency == pytest.approx(efficiency(best.global_batch, noise, base))
     out = local_study.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8")
     assert "best by predicted goodput" in out.stdout and "gradient noise scale 40 samples" in out.stdout
+
+
+def test_each_family_of_configurations_gets_its_own_fit(study_dir: Callable[..., StudyDir]) -> None:
+    """Configurations that differ in another knob (here num_workers) are fitted apart and ranked: the faster
+    family first, each option its family's own knobs with the planned batch."""
+    space = {"batch_size": {"choices": [8, 64]}, "world_size": {"choices": [1, 2]}, "num_workers": {"choices": [0, 1]}}
+    sd = study_dir("plan-families", search_space=space, trial=TRIAL, **FIXED)
+    base = landscape(1)
+
+    def faster_with_a_worker(config: TrialConfig, repeat: int) -> Measured:
+        m = base(config, repeat)
+        return Measured(m.throughput_samples_s * (1.2 if config.num_workers else 1.0))
+
+    spec = load_spec(str(sd.file))
+    Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(faster_with_a_worker)).run(n_trials=8)
+    plan = load_calibration(str(sd.file)).plan(nodes=1, ranks_per_node=4)
+    assert [o.config.num_workers for o in plan.options] == [1, 0]
+    assert all(o.config.batch_size == 64 and o.config.world_size == 4 and not o.pooled for o in plan.options)
+    assert plan.options[0].plan.throughput.value / plan.options[1].plan.throughput.value == pytest.approx(1.2, 0.02)
