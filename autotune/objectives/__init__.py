@@ -42,6 +42,7 @@ from autotune.objectives._scale_plan import (
     held_global_batch,
     noise_scale_of,
     scale_plan,
+    scale_plans,
     study_readings,
     study_scale_plan,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "config_key", "constraint_values", "contrast", "could_separate", "dominates", "estimate_time_to_loss",
     "explain_choice", "fit", "group_measurements", "half_width", "held_global_batch", "is_reference",
     "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value", "noise_scale_of",
-    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "scale_plan", "standing",
-    "study_readings", "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history", "window_value"
+    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "scale_plan", "scale_plans",
+    "standing", "study_readings", "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history",
+    "window_value",
 ]

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import UsageError
 from autotune.objectives._choice import measured_groups
+from autotune.objectives._confirmation import Group
 from autotune.scale import BatchPlan, Reach, ScaleError, ScaleModel, StepReading, check_enough, plan_scale, reach
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
@@ -35,6 +36,7 @@ __all__ = [
     "held_global_batch",
     "noise_scale_of",
     "scale_plan",
+    "scale_plans",
     "study_readings",
     "study_scale_plan",
 ]
@@ -79,7 +81,7 @@ def _family(config: Mapping[str, Any]) -> str:
     return repr(sorted(rest.items(), key=lambda kv: kv[0]))
 
 
-def _readings(groups: Sequence[Any], nodes_per_trial: int) -> list[StepReading]:
+def _readings(groups: Sequence[Group], nodes_per_trial: int) -> list[StepReading]:
     out = []
     for g in groups:
         c = g.config
@@ -121,77 +123,111 @@ def scale_plan(
 ) -> ScalePlan:
     """The study's best configurations at ``nodes x ranks_per_node`` (see the module docstring); raises
     :class:`autotune.scale.ScaleError` (one line naming what is needed) when no fit can predict that scale."""
+    return scale_plans(
+        study,
+        nodes=nodes,
+        ranks_per_node=[ranks_per_node],
+        nodes_per_trial=nodes_per_trial,
+        global_batch=global_batch,
+        top=top,
+        bootstrap=bootstrap,
+    )[0]
+
+
+def scale_plans(
+    study: optuna.Study,
+    *,
+    nodes: int,
+    ranks_per_node: Sequence[int],
+    nodes_per_trial: int = 1,
+    global_batch: int | None = None,
+    top: int = 3,
+    bootstrap: int = 100,
+) -> list[ScalePlan]:
+    """:func:`scale_plan` at several ranks per node, each family fitted once."""
     groups = measured_groups(study, THROUGHPUT)
     if not groups:
         raise ScaleError("no trial of the study has completed with a throughput yet; run it first")
     noise = noise_scale_of(study)
-    families: dict[str, list[Any]] = {}
+    families: dict[str, list[Group]] = {}
     for g in groups:
         families.setdefault(_family(g.config), []).append(g)
-    options, skipped = [], []
-    for members in families.values():
-        option, why = _option(members, nodes, ranks_per_node, nodes_per_trial, global_batch, noise, bootstrap)
-        if option is not None:
+    fits = [_Fitted.of(members, nodes_per_trial, bootstrap) for members in families.values()]
+    pooled: _Fitted | None = None
+    plans = []
+    for per_node in ranks_per_node:
+        options, skipped = [], []
+        for fitted in fits:
+            option, why = fitted.option(nodes, per_node, global_batch, noise)
+            if option is not None:
+                options.append(option)
+            elif why:
+                skipped.append(why)
+        if not options:  # no family alone: every reading together, the other knobs as noise
+            pooled = pooled or _Fitted.of(groups, nodes_per_trial, bootstrap, pooled=True)
+            option, why = pooled.option(nodes, per_node, global_batch, noise)
+            if option is None:
+                raise ScaleError(why)
             options.append(option)
-        elif why:
-            skipped.append(why)
-    if not options:  # no family alone: every reading together, the other knobs as noise
-        option, why = _option(
-            groups, nodes, ranks_per_node, nodes_per_trial, global_batch, noise, bootstrap, pooled=True
-        )
-        if option is None:
-            raise ScaleError(why)
-        options.append(option)
-    options.sort(key=lambda o: -o.plan.score)
-    return ScalePlan(nodes, ranks_per_node, tuple(options[:top]), noise, tuple(skipped))
+        options.sort(key=lambda o: -o.plan.score)
+        plans.append(ScalePlan(nodes, per_node, tuple(options[:top]), noise, tuple(skipped)))
+    return plans
 
 
-def _option(
-    members: Sequence[Any],
-    nodes: int,
-    ranks_per_node: int,
-    nodes_per_trial: int,
-    global_batch: int | None,
-    noise: float | None,
-    bootstrap: int,
-    *,
-    pooled: bool = False,
-) -> tuple[ScaleOption | None, str]:
-    """The best plan of one family (or of all, pooled), or None and why it cannot be fitted."""
-    readings = _readings(members, nodes_per_trial)
-    try:
-        check_enough(readings)
-        model = ScaleModel.fit(readings, bootstrap=bootstrap)
-        lack = model.needs(nodes, nodes * ranks_per_node)
-        if lack is not None:
-            raise ScaleError(f"predicting {nodes} x {ranks_per_node} needs {lack}")
-        base = int(members[0].config["base_batch_size"])
-        plans = plan_scale(
-            model,
-            nodes,
-            ranks_per_node,
-            [int(g.config["batch_size"]) for g in members],
-            [int(g.config["grad_accum"]) for g in members],
-            noise=noise,
-            base_batch=base if noise is not None else None,
-            global_batch=global_batch,
-        )
-    except ScaleError as e:
-        return None, str(e)
-    template = max(members, key=lambda g: g.median).config  # the family's fastest measured configuration
-    for best in plans:
-        knobs = {k: v for k, v in template.items() if k not in DERIVED}
-        knobs.update(batch_size=best.batch_size, grad_accum=best.grad_accum, world_size=nodes * ranks_per_node)
+@dataclass(frozen=True)
+class _Fitted:
+    """One family's model (or all readings', pooled), or why it cannot be fitted."""
+
+    members: Sequence[Group]
+    readings: int
+    model: ScaleModel | None
+    why: str
+    pooled: bool = False
+
+    @classmethod
+    def of(cls, members: Sequence[Group], nodes_per_trial: int, bootstrap: int, pooled: bool = False) -> _Fitted:
+        readings = _readings(members, nodes_per_trial)
         try:
-            config = TrialConfig.create(**knobs)
-        except ValueError:  # knobs that cannot go together (static_graph with grad_accum above 1)
-            continue
-        option = ScaleOption(
-            config, best, reach(model, nodes, ranks_per_node), len(readings), tuple(model.assumptions()), pooled
-        )
-        return option, ""
-    return None, "no planned split is a valid configuration"
-    return option, ""
+            check_enough(readings)
+            return cls(members, len(readings), ScaleModel.fit(readings, bootstrap=bootstrap), "", pooled)
+        except ScaleError as e:
+            return cls(members, len(readings), None, str(e), pooled)
+
+    def option(
+        self, nodes: int, ranks_per_node: int, global_batch: int | None, noise: float | None
+    ) -> tuple[ScaleOption | None, str]:
+        """The best plan at the scale, or None and why there is none."""
+        model, members = self.model, self.members
+        if model is None:
+            return None, self.why
+        try:
+            lack = model.needs(nodes, nodes * ranks_per_node)
+            if lack is not None:
+                raise ScaleError(f"predicting {nodes} x {ranks_per_node} needs {lack}")
+            base = int(members[0].config["base_batch_size"])
+            plans = plan_scale(
+                model,
+                nodes,
+                ranks_per_node,
+                [int(g.config["batch_size"]) for g in members],
+                [int(g.config["grad_accum"]) for g in members],
+                noise=noise,
+                base_batch=base if noise is not None else None,
+                global_batch=global_batch,
+            )
+        except ScaleError as e:
+            return None, str(e)
+        template = max(members, key=lambda g: g.median).config  # the family's fastest measured configuration
+        for best in plans:
+            knobs = {k: v for k, v in template.items() if k not in DERIVED}
+            knobs.update(batch_size=best.batch_size, grad_accum=best.grad_accum, world_size=nodes * ranks_per_node)
+            try:
+                config = TrialConfig.create(**knobs)
+            except ValueError:  # knobs that cannot go together (static_graph with grad_accum above 1)
+                continue
+            where = reach(model, nodes, ranks_per_node)
+            return ScaleOption(config, best, where, self.readings, tuple(model.assumptions()), self.pooled), ""
+        return None, "no planned split is a valid configuration"
 
 
 def held_global_batch(spec: StudySpec) -> int | None:

@@ -7,13 +7,13 @@ from typing import NamedTuple
 
 import optuna
 
-from autotune.objectives import ScalePlan, measured_groups, scale_plan
+from autotune.objectives import measured_groups, scale_plans
 from autotune.scale import ScaleError
 from autotune.spec import StudySpec
 
 __all__ = ["ScaleData", "ScalePoint", "scale_data"]
 
-BOOTSTRAP = 30  # fewer refits than `autotune plan`: one fit per scale drawn
+BOOTSTRAP = 30  # fewer refits than `autotune plan`: a view, and a study of hundreds of trials
 REACH = 4  # predict up to 4x the largest measured ranks per node
 
 
@@ -56,18 +56,17 @@ def scale_data(study: optuna.Study, spec: StudySpec | None = None) -> ScaleData:
         return ScaleData(nodes, [], [], "no trial has completed with a throughput yet")
     points: list[ScalePoint] = []
     notes: set[str] = set()
-    for per_node in _per_node_sizes(max(max(best) // nodes, 1)):
-        try:
-            plan: ScalePlan = scale_plan(
-                study, nodes=nodes, ranks_per_node=per_node, nodes_per_trial=nodes, top=1, bootstrap=BOOTSTRAP
-            )
-        except ScaleError as e:
-            return ScaleData(nodes, [], measured, str(e))
+    sizes = _per_node_sizes(max(max(best) // nodes, 1))
+    try:
+        plans = scale_plans(study, nodes=nodes, ranks_per_node=sizes, nodes_per_trial=nodes, top=1, bootstrap=BOOTSTRAP)
+    except ScaleError as e:
+        return ScaleData(nodes, [], measured, str(e))
+    for plan in plans:
         option = plan.options[0]
         t = option.plan.throughput
         points.append(
             ScalePoint(
-                nodes * per_node,
+                plan.ranks,
                 t.value,
                 t.low,
                 t.high,
