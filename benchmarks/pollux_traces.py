@@ -23,8 +23,8 @@ Three questions, each against the traces' own measurements:
     a per-GPU batch beyond the largest measured accumulates, as Pollux does). Target: within 10% of the
     fastest's time.
 
-    python benchmarks/pollux_traces.py                      # about 5 minutes on 2 cores
-    python benchmarks/pollux_traces.py --quick              # 2 jobs, 20 bootstrap refits
+    python benchmarks/pollux_traces.py                      # 24 minutes on 2 busy cores (load 16)
+    python benchmarks/pollux_traces.py --quick              # 2 jobs, 20 bootstrap refits: 4 minutes
 """
 
 from __future__ import annotations
