@@ -82,11 +82,20 @@ class Job:
         rows = []
         for r in csv.DictReader((folder / "placements.csv").open()):
             p = r["placement"]
-            rows.append(Row(len(p), sum(map(int, p)), p, int(r["local_bsz"]), float(r["step_time"]),
-                            float(r["sync_time"])))
+            rows.append(
+                Row(len(p), sum(map(int, p)), p, int(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"]))
+            )
         for r in csv.DictReader((folder / "scalability.csv").open()):
-            rows.append(Row(int(r["num_nodes"]), int(r["num_replicas"]), "", int(r["local_bsz"]),
-                            float(r["step_time"]), float(r["sync_time"])))
+            rows.append(
+                Row(
+                    int(r["num_nodes"]),
+                    int(r["num_replicas"]),
+                    "",
+                    int(r["local_bsz"]),
+                    float(r["step_time"]),
+                    float(r["sync_time"]),
+                )
+            )
         validation = {}
         for path in folder.glob("validation-*.csv"):
             batch = int(path.stem.split("-")[1])
@@ -119,8 +128,9 @@ def crude_errors(job: Job) -> list[float]:
     one = [r for r in job.rows if r.ranks == 1]
     beta, alpha = np.polyfit([r.batch for r in one], [r.step_s for r in one], 1)
     sync = float(np.median([r.sync_s for r in job.rows if r.nodes == 2]))
-    return [abs(r.ranks * r.batch / (alpha + beta * r.batch + sync) / r.throughput - 1)
-            for r in job.rows if r.nodes >= 4]
+    return [
+        abs(r.ranks * r.batch / (alpha + beta * r.batch + sync) / r.throughput - 1) for r in job.rows if r.nodes >= 4
+    ]
 
 
 def prediction(job: Job, bootstrap: int) -> tuple[dict[str, Any], ScaleModel]:
@@ -135,10 +145,16 @@ def prediction(job: Job, bootstrap: int) -> tuple[dict[str, Any], ScaleModel]:
     median, p90 = float(np.median(errors)), float(np.percentile(errors, 90))
     crude = crude_errors(job)
     return {
-        "crude_median_error": float(np.median(crude)), "crude_p90_error": float(np.percentile(crude, 90)),
-        "train_rows": len(train), "test_rows": len(test), "median_error": median, "p90_error": p90,
-        "interval_coverage": inside / len(test), "met": median <= TARGET_MEDIAN and p90 <= TARGET_P90,
-        "params": vars(model.params), "assumptions": model.assumptions(),
+        "crude_median_error": float(np.median(crude)),
+        "crude_p90_error": float(np.percentile(crude, 90)),
+        "train_rows": len(train),
+        "test_rows": len(test),
+        "median_error": median,
+        "p90_error": p90,
+        "interval_coverage": inside / len(test),
+        "met": median <= TARGET_MEDIAN and p90 <= TARGET_P90,
+        "params": vars(model.params),
+        "assumptions": model.assumptions(),
     }, model
 
 
@@ -166,9 +182,17 @@ def replayed_readings(job: Job, nodes: int, folder: Path) -> list[StepReading]:
     space = {"batch_size": {"choices": batches}, "world_size": {"choices": sizes}}
     trial = {"warmup_steps": 1, "max_steps": 4, "report_every": 1}
     grid = len(batches) * len(sizes)
-    document = study_document(f"pollux-{job.name}-{nodes}n", MLP, space, trial, sampler={"name": "grid", "seed": 0},
-                              pruner={"name": "none"}, n_trials=grid, confirm={"top_k": 0},
-                              storage=f"sqlite:///{folder}/{job.name}-{nodes}.db")
+    document = study_document(
+        f"pollux-{job.name}-{nodes}n",
+        MLP,
+        space,
+        trial,
+        sampler={"name": "grid", "seed": 0},
+        pruner={"name": "none"},
+        n_trials=grid,
+        confirm={"top_k": 0},
+        storage=f"sqlite:///{folder}/{job.name}-{nodes}.db",
+    )
     document["baseline"] = {"batch_size": batches[0], "world_size": sizes[0]}
     if nodes > 1:
         document["launcher"] = {"kind": "slurm", "nodes": nodes}
@@ -186,9 +210,18 @@ def recommended(job: Job, model: ScaleModel) -> list[dict[str, Any]]:
         pick = plans[0]
         best = max(rows.values(), key=lambda r: r.throughput)
         got = rows[pick.batch_size].throughput
-        out.append({"nodes": nodes, "gpus": nodes * GPUS, "batch": pick.batch_size,
-                    "predicted": pick.throughput.value, "measured": got, "best_batch": best.batch,
-                    "best": best.throughput, "of_best": got / best.throughput})
+        out.append(
+            {
+                "nodes": nodes,
+                "gpus": nodes * GPUS,
+                "batch": pick.batch_size,
+                "predicted": pick.throughput.value,
+                "measured": got,
+                "best_batch": best.batch,
+                "best": best.throughput,
+                "of_best": got / best.throughput,
+            }
+        )
     return out
 
 
@@ -200,8 +233,10 @@ def increasing(job: Job) -> bool:
 
 def target_metric(job: Job) -> float:
     """The worst traced batch's best metric: every traced batch reaches it."""
-    best = [max(r["metric"] for r in rows) if increasing(job) else min(r["metric"] for r in rows)
-            for rows in job.validation.values()]
+    best = [
+        max(r["metric"] for r in rows) if increasing(job) else min(r["metric"] for r in rows)
+        for rows in job.validation.values()
+    ]
     return min(best) if increasing(job) else max(best)
 
 
@@ -287,16 +322,33 @@ def goodput_choice(job: Job, model: ScaleModel) -> dict[str, Any]:
         choice = goodput_pick(job, model, nodes, sorted(times), noise)
         by_mean = goodput_pick(job, model, nodes, sorted(times), noise_mean)
         fastest = min(times, key=lambda b: times[b])
-        per_scale.append({"nodes": nodes, "gpus": nodes * GPUS, "feasible": sorted(times), "times_s": times,
-                          "choice": choice, "choice_time_s": times[choice], "fastest": fastest,
-                          "fastest_time_s": times[fastest], "over_fastest": times[choice] / times[fastest] - 1,
-                          "choice_by_window_mean": by_mean,
-                          "over_fastest_by_window_mean": times[by_mean] / times[fastest] - 1})
+        per_scale.append(
+            {
+                "nodes": nodes,
+                "gpus": nodes * GPUS,
+                "feasible": sorted(times),
+                "times_s": times,
+                "choice": choice,
+                "choice_time_s": times[choice],
+                "fastest": fastest,
+                "fastest_time_s": times[fastest],
+                "over_fastest": times[choice] / times[fastest] - 1,
+                "choice_by_window_mean": by_mean,
+                "over_fastest_by_window_mean": times[by_mean] / times[fastest] - 1,
+            }
+        )
     met = bool(per_scale) and all(s["over_fastest"] <= TARGET_TIME for s in per_scale)
     met_mean = bool(per_scale) and all(s["over_fastest_by_window_mean"] <= TARGET_TIME for s in per_scale)
-    return {"target_metric": target, "metric_increases": increasing(job), "noise_scale": noise,
-            "noise_scale_window_mean": noise_mean, "base_batch": min(job.validation), "scales": per_scale,
-            "met": met, "met_by_window_mean": met_mean}
+    return {
+        "target_metric": target,
+        "metric_increases": increasing(job),
+        "noise_scale": noise,
+        "noise_scale_window_mean": noise_mean,
+        "base_batch": min(job.validation),
+        "scales": per_scale,
+        "met": met,
+        "met_by_window_mean": met_mean,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -306,35 +358,71 @@ def run_job(job: Job, bootstrap: int, folder: Path) -> dict[str, Any]:
     planned = ScaleModel.fit(readings, bootstrap=0)
     b = recommended(job, planned)
     c = goodput_choice(job, model)
-    return {"prediction": a, "replayed_readings": len(readings), "plan": b,
-            "plan_met": all(s["of_best"] >= TARGET_BATCH for s in b), "goodput": c}
+    return {
+        "prediction": a,
+        "replayed_readings": len(readings),
+        "plan": b,
+        "plan_met": all(s["of_best"] >= TARGET_BATCH for s in b),
+        "goodput": c,
+    }
 
 
 def report(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    print_table("(a) fitted on <= 2 nodes, predicting every row on 4-16 nodes (relative throughput error)",
-                ["job", "train rows", "test rows", "median", "p90", "in 90% interval", "crude: median / p90", "target"],
-                [[j, a["train_rows"], a["test_rows"], f"{a['median_error']:.1%}", f"{a['p90_error']:.1%}",
-                  f"{a['interval_coverage']:.0%}", f"{a['crude_median_error']:.1%} / {a['crude_p90_error']:.1%}",
-                  check(a["met"])] for j, a in ((j, r["prediction"]) for j, r in results.items())])
-    print_table("(b) the per-GPU batch the plan recommends (from replayed 1- and 2-node studies) vs the best measured",
-                ["job", *(f"{n}x{GPUS}: batch / best (share)" for n in SCALES), "target"],
-                [[j, *(f"{s['batch']} / {s['best_batch']} ({s['of_best']:.1%})" for s in r["plan"]),
-                  check(r["plan_met"])] for j, r in results.items()])
-    print_table("(c) goodput's global batch (noise scale from the first 10% of steps) vs the fastest to the target",
-                ["job", "target metric", "B_noise", *(f"{n}x{GPUS}: chosen / fastest (+time)" for n in SCALES),
-                 "target"],
-                [[j, f"{r['goodput']['target_metric']:.4g}", f"{r['goodput']['noise_scale']:.0f}",
-                  *(f"{s['choice']} / {s['fastest']} (+{s['over_fastest']:.0%})" for s in r["goodput"]["scales"]),
-                  check(r["goodput"]["met"])] for j, r in results.items()])
+    print_table(
+        "(a) fitted on <= 2 nodes, predicting every row on 4-16 nodes (relative throughput error)",
+        ["job", "train rows", "test rows", "median", "p90", "in 90% interval", "crude: median / p90", "target"],
+        [
+            [
+                j,
+                a["train_rows"],
+                a["test_rows"],
+                f"{a['median_error']:.1%}",
+                f"{a['p90_error']:.1%}",
+                f"{a['interval_coverage']:.0%}",
+                f"{a['crude_median_error']:.1%} / {a['crude_p90_error']:.1%}",
+                check(a["met"]),
+            ]
+            for j, a in ((j, r["prediction"]) for j, r in results.items())
+        ],
+    )
+    print_table(
+        "(b) the per-GPU batch the plan recommends (from replayed 1- and 2-node studies) vs the best measured",
+        ["job", *(f"{n}x{GPUS}: batch / best (share)" for n in SCALES), "target"],
+        [
+            [j, *(f"{s['batch']} / {s['best_batch']} ({s['of_best']:.1%})" for s in r["plan"]), check(r["plan_met"])]
+            for j, r in results.items()
+        ],
+    )
+    print_table(
+        "(c) goodput's global batch (noise scale from the first 10% of steps) vs the fastest to the target",
+        ["job", "target metric", "B_noise", *(f"{n}x{GPUS}: chosen / fastest (+time)" for n in SCALES), "target"],
+        [
+            [
+                j,
+                f"{r['goodput']['target_metric']:.4g}",
+                f"{r['goodput']['noise_scale']:.0f}",
+                *(f"{s['choice']} / {s['fastest']} (+{s['over_fastest']:.0%})" for s in r["goodput"]["scales"]),
+                check(r["goodput"]["met"]),
+            ]
+            for j, r in results.items()
+        ],
+    )
     a_met = all(r["prediction"]["met"] for r in results.values())
     b_jobs = sum(r["plan_met"] for r in results.values())
     c_jobs = sum(r["goodput"]["met"] for r in results.values())
-    summary = {"a_met": a_met, "b_jobs_met": b_jobs, "b_met": b_jobs >= TARGET_JOBS, "c_jobs_met": c_jobs,
-               "c_met": c_jobs >= TARGET_JOBS}
-    console.print(f"(a) median <= {TARGET_MEDIAN:.0%} and p90 <= {TARGET_P90:.0%} on every job: {check(a_met)}; "
-                  f"(b) >= {TARGET_BATCH:.0%} at every scale on {b_jobs}/{len(results)} jobs: "
-                  f"{check(summary['b_met'])}; (c) within {TARGET_TIME:.0%} at every scale on {c_jobs}/{len(results)} "
-                  f"jobs: {check(summary['c_met'])}")
+    summary = {
+        "a_met": a_met,
+        "b_jobs_met": b_jobs,
+        "b_met": b_jobs >= TARGET_JOBS,
+        "c_jobs_met": c_jobs,
+        "c_met": c_jobs >= TARGET_JOBS,
+    }
+    console.print(
+        f"(a) median <= {TARGET_MEDIAN:.0%} and p90 <= {TARGET_P90:.0%} on every job: {check(a_met)}; "
+        f"(b) >= {TARGET_BATCH:.0%} at every scale on {b_jobs}/{len(results)} jobs: "
+        f"{check(summary['b_met'])}; (c) within {TARGET_TIME:.0%} at every scale on {c_jobs}/{len(results)} "
+        f"jobs: {check(summary['c_met'])}"
+    )
     return summary
 
 
@@ -356,10 +444,22 @@ def main() -> None:
             console.print(f"[bold]{name}[/bold]")
             results[name] = run_job(Job.load(args.traces / name), bootstrap, Path(folder))
     summary = report(results)
-    settings = {"traces": str(args.traces), "jobs": jobs, "bootstrap": bootstrap, "scales": SCALES, "gpus": GPUS,
-                "early": EARLY}
-    write_json(args.out or default_out("pollux_traces", args.quick), "pollux_traces", settings,
-               {"jobs": results, "summary": summary}, machine, started)
+    settings = {
+        "traces": str(args.traces),
+        "jobs": jobs,
+        "bootstrap": bootstrap,
+        "scales": SCALES,
+        "gpus": GPUS,
+        "early": EARLY,
+    }
+    write_json(
+        args.out or default_out("pollux_traces", args.quick),
+        "pollux_traces",
+        settings,
+        {"jobs": results, "summary": summary},
+        machine,
+        started,
+    )
 
 
 if __name__ == "__main__":
