@@ -22,7 +22,8 @@ node, or on more than two nodes, that growth is held at 0 (the optimistic choice
 
 Intervals come from a bootstrap: the readings are resampled with replacement and refitted, and each
 refit's prediction is multiplied by a resampled residual of the original fit, so an interval covers both
-the parameters' uncertainty and one reading's noise.
+the parameters' uncertainty and one reading's noise; never narrower than +-2% (:data:`NOISE_FLOOR`), which
+readings that happen to fit exactly would otherwise claim.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = ["Interval", "ScaleError", "ScaleModel", "ScaleParams", "StepReading"]
 GAMMA_MAX = 10.0  # an overlap of 10 is as good as max(T_grad, T_sync)
 BOOTSTRAP = 100  # refits behind an interval
 LEVEL = 0.9  # the interval's coverage: 5th to 95th percentile
+NOISE_FLOOR = 0.02  # no interval narrower than +-2%: readings that fit exactly still carry a machine's noise
 
 
 class ScaleError(ValueError):
@@ -264,14 +266,15 @@ class ScaleModel:
         args = [np.array([float(v)]) for v in (nodes, ranks, batch_size, grad_accum)]
         value = float(_step(self.params.as_array(), *args)[0])
         if not len(self.boot):
-            return Interval(value, value, value)
+            return Interval(value, value * (1 - NOISE_FLOOR), value * (1 + NOISE_FLOOR))
         at = _step(self.boot.T, *args)  # every refit at once: a term of (7, refits) broadcasts
         noise = np.exp(np.resize(self.residuals, len(at)))  # one residual per refit, cycled over the residuals
         rng = np.random.default_rng(len(at))
         spread = at * rng.permutation(noise)
         tail = (1 - LEVEL) / 2 * 100
         low, high = np.percentile(spread, [tail, 100 - tail])
-        return Interval(value, float(min(low, value)), float(max(high, value)))
+        low, high = min(low, value * (1 - NOISE_FLOOR)), max(high, value * (1 + NOISE_FLOOR))
+        return Interval(value, float(low), float(high))
 
     def throughput(self, nodes: int, ranks: int, batch_size: int, grad_accum: int = 1) -> Interval:
         """Predicted samples/s (global batch over step time); its low end from the step time's high end."""
