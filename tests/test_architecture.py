@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 # Rooms from the bottom up. A room may import rooms in lower layers only; rooms in one layer are
 # peers and may not import each other (the runner and the objectives, the tuner and the report).
 LAYERS: list[set[str]] = [
-    {"errors", "knobs", "tracebacks", "trial_result", "version", "compat"},
+    {"errors", "knobs", "tracebacks", "trial_result", "version", "compat", "scale"},
     {"spec"},
     {"workload"},
     {"workload_check", "workloads"},

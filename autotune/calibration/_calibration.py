@@ -8,9 +8,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.search_space import TrialConfig
+
+if TYPE_CHECKING:
+    from autotune.objectives import ScalePlan
 
 __all__ = ["Calibration"]
 
@@ -31,6 +34,7 @@ class Calibration:
         speedup_half_width: the speed-up's relative ~95% half-width (``speedup x (1 ± this)``; None: unknown).
         statement: how sure the choice is, ``best by X% (± Y%) over #N`` or ``tied within noise with ...``.
         advice: when a confirmation race left the two leaders tied, what more rounds would take (else None).
+        spec: the study file it was read with (None in a rank, from :meth:`from_json`).
     """
 
     config: TrialConfig
@@ -46,6 +50,7 @@ class Calibration:
     speedup_half_width: float | None = None
     statement: str | None = None
     advice: str | None = None
+    spec: Any = None  # the StudySpec the study was read with (None when rebuilt from JSON)
 
     # -- the numbers ------------------------------------------------------------------------------------
     @property
@@ -216,6 +221,22 @@ class Calibration:
     def from_json(cls, text: str) -> Calibration:
         """Rebuild a Calibration from :meth:`to_json` (in a rank: the helpers work, ``study`` is None)."""
         return cls(config=TrialConfig.model_validate_json(text), study=None)
+
+    def plan(self, *, nodes: int, ranks_per_node: int, top: int = 3) -> ScalePlan:
+        """The study's best configurations predicted at ``nodes x ranks_per_node`` (``autotune plan``): each
+        option's configuration, predicted samples/s with a 90% interval (and goodput once the trials carry
+        a gradient noise scale), and how far past the measured scales it reaches. Raises
+        :class:`~autotune.errors.UsageError` naming what is needed when the trials have too few distinct
+        scales to fit."""
+        from autotune.errors import UsageError
+        from autotune.objectives import study_scale_plan
+
+        if self.study is None or self.spec is None:
+            raise UsageError(
+                "this Calibration has no study to plan from (rebuilt from JSON); "
+                "use autotune.load_calibration(STUDY_FILE).plan(...)"
+            )
+        return study_scale_plan(self.study, self.spec, nodes=nodes, ranks_per_node=ranks_per_node, top=top)
 
     def summary(self) -> str:
         half = self.speedup_half_width

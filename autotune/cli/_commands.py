@@ -253,6 +253,32 @@ def status(study_file: str, storage: str | None) -> None:
     print_status(console, study_file, storage)
 
 
+@main.command()
+@click.argument("study_file", type=click.Path())
+@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes of the run to plan.")
+@click.option("--ranks-per-node", type=click.IntRange(min=1), required=True, help="Ranks (GPUs) on each node.")
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Configurations to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--storage", help="Storage URL (overrides the study file).")
+@handle_errors
+def plan(study_file: str, nodes: int, ranks_per_node: int, top: int, as_json: bool, storage: str | None) -> None:
+    """Predict the study's best configurations at NODES x RANKS_PER_NODE, a scale it may never have run.
+
+    A throughput model (compute by per-rank batch, gradient sync by ranks and nodes, their overlap) is
+    fitted to the study's completed trials; the table gives the predicted samples/s with a 90% interval,
+    the per-rank batch and grad_accum to use (among those measured), and how far past the measured scales
+    the prediction reaches. Exit status 2 when the trials have too few distinct scales to fit (it names
+    what is needed).
+    """
+    from autotune.cli._plan import load_plan, plan_payload, print_plan
+
+    name, scale = load_plan(study_file, nodes, ranks_per_node, storage, top)
+    if as_json:
+        click.echo(json.dumps(plan_payload(name, scale), indent=2))
+    else:
+        print_plan(console, name, scale)
+
+
 def _stamp() -> str:
     import datetime
 

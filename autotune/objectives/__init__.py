@@ -2,8 +2,9 @@
 
 Objective and intermediate values, constraints, peak memory predicted before launch
 (:class:`MemoryModel`), Pareto fronts, the study's reading noise and the pruning margin it sets,
-confirmation statistics, configuration keys, and the one choice of a study (:func:`choose`). No torch;
-Optuna for reading a study's trials. The Optuna plug-ins built on these live in ``pruners/`` and ``samplers/``.
+confirmation statistics, configuration keys, a study's trials read as a plan for another scale
+(:func:`study_scale_plan`), and the one choice of a study (:func:`choose`). No torch; Optuna for reading a
+study's trials. The Optuna plug-ins built on these live in ``pruners/`` and ``samplers/``.
 """
 
 from autotune.objectives._choice import RACE_ATTR, Choice, choose, choose_from_race, is_reference, measured_groups
@@ -33,6 +34,17 @@ from autotune.objectives._noise import (
     pooled_sd,
 )
 from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, fit, standing
+from autotune.objectives._scale_plan import (
+    NOISE_SCALE_ATTR,
+    ScaleOption,
+    ScalePlan,
+    held_global_batch,
+    noise_scale_of,
+    scale_plan,
+    scale_plans,
+    study_readings,
+    study_scale_plan,
+)
 from autotune.objectives._time_to_loss import (
     RunningTimeToLoss,
     TimeToLoss,
@@ -45,13 +57,15 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MARGIN_RANGE", "MIN_NOISE_DF", "MIN_ROUNDS", "PRIOR_MARGIN",
-    "RACE_ATTR", "Choice", "CompilePayback", "Contrast", "Fit", "Group", "Measurement", "MemoryModel",
-    "MemoryPoint", "MemoryPrediction", "ModelSize", "Pooled", "RunningTimeToLoss", "Separation", "Standing",
-    "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "check_directions", "check_length", "choose",
-    "choose_best", "choose_from_race", "compile_payback", "complete_trials", "config_key", "constraint_values",
-    "contrast", "could_separate", "dominates", "estimate_time_to_loss", "explain_choice", "fit",
-    "group_measurements", "half_width", "is_reference", "loss_noise_floor", "measured_groups", "measured_margin",
-    "memory_points", "metric_value", "objective_values", "pareto_front", "pooled_sd", "reading_noise",
-    "running_value", "standing", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MARGIN_RANGE", "MIN_NOISE_DF", "MIN_ROUNDS", "NOISE_SCALE_ATTR",
+    "PRIOR_MARGIN", "RACE_ATTR", "Choice", "CompilePayback", "Contrast", "Fit", "Group", "Measurement",
+    "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "Pooled", "RunningTimeToLoss", "ScaleOption",
+    "ScalePlan", "Separation", "Standing", "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning",
+    "check_directions", "check_length", "choose", "choose_best", "choose_from_race", "compile_payback",
+    "complete_trials", "config_key", "constraint_values", "contrast", "could_separate", "dominates",
+    "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width", "held_global_batch",
+    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value",
+    "noise_scale_of", "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value",
+    "scale_plan", "scale_plans", "standing", "study_readings", "study_scale_plan", "time_to_loss_attrs",
+    "window_extras", "window_history", "window_value",
 ]

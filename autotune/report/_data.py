@@ -22,6 +22,7 @@ from autotune.report._memory_prediction import MemoryPredictionData, memory_pred
 from autotune.report._parallel import ParallelData, parallel_data
 from autotune.report._pareto import ParetoData, pareto_data
 from autotune.report._records import metric_names, objective_directions
+from autotune.report._scale import ScaleData, scale_data
 from autotune.report._table import TrialsTable, trials_table_data
 from autotune.report._timeline import TimelineBar, timeline_data
 from autotune.spec import StudySpec
@@ -39,6 +40,7 @@ class ReportData(NamedTuple):
     throughput: BatchData
     memory: BatchData
     memory_prediction: MemoryPredictionData
+    scale: ScaleData
     importance: ImportanceData
     parallel: ParallelData
     intermediate: IntermediateData
@@ -62,6 +64,7 @@ def report_data(study: optuna.Study, spec: StudySpec | None = None, now: datetim
         throughput=throughput_vs_batch_data(study),
         memory=memory_vs_batch_data(study, spec),
         memory_prediction=memory_prediction_data(study, spec),
+        scale=scale_data(study, spec),
         importance=importance_data(study),
         parallel=parallel_data(study),
         intermediate=intermediate_data(study),

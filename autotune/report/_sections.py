@@ -22,6 +22,7 @@ from autotune.report._figures import (
     pareto_figure,
     timeline_figure,
 )
+from autotune.report._scale_figure import scale_figure
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -64,6 +65,10 @@ def build_sections(data: ReportData) -> list[Section]:
                 "against the peak it measured; on the diagonal they agree. Crosses on the budget line were "
                 "predicted over it and never launched.", memory_prediction_figure(data.memory_prediction),
                 _prediction_note(data)),
+        Section("scale", "Throughput over scale",
+                "The best throughput predicted at more ranks than the study ran (`autotune plan` at each world "
+                "size: a model of compute, sync and their overlap fitted to the trials), with its 90% interval, "
+                "beside the best measured at each world size.", scale_figure(data.scale), data.scale.note),
         Section("importance", "Parameter importances",
                 "How much each searched knob explains of each objective (optuna.importance).",
                 importance_figure(data.importance), data.importance.note),

@@ -1,0 +1,466 @@
+"""The batch and the scale on a real GPU cluster's measurements: the Pollux traces (OSDI 2021).
+
+Six jobs (bert, cifar10, deepspeech2, imagenet, ncf, yolov3) measured on up to 16 nodes x 4 GPUs
+(/work/shared/data/pollux-traces, its README says what each file holds; ``--traces`` points elsewhere).
+Three questions, each against the traces' own measurements:
+
+(a) **Prediction over scale.** ``autotune.scale.ScaleModel`` fitted on every row of ``placements.csv`` and
+    ``scalability.csv`` with at most 2 nodes predicts every row with 4 or more: the median and 90th percentile
+    of the relative throughput error per job, and how often the measured value falls in the 90% interval.
+(b) **The per-GPU batch `plan` recommends.** Two studies per job are replayed through the real tuner
+    (``Tuner(run_trial=replay_runner(...))``: its storage, sampler and telling; a trial's throughput is the
+    trace's row for the trial's placement and per-GPU batch): one node (world_size 1-4) and two nodes
+    (``launcher: {kind: slurm, nodes: 2}``, world_size 2, 4, 6, 8), every measured per-GPU batch, grid
+    sampler. Their stored trials are the readings (``autotune.objectives.study_readings``); the plan at 4, 8
+    and 16 nodes x 4 GPUs picks a per-GPU batch among those the placement measured; its measured throughput
+    there over the best measured throughput at that placement is the score (target >= 95%).
+(c) **Goodput.** Per job a target validation metric that every traced global batch reaches (the worst
+    batch's best metric); the gradient noise scale from the first 10% of steps of the validation traces
+    (``B_noise = B0 * grad_var / grad_sqr``, B0 the smallest traced batch, whose scale the traces' variance
+    is recorded at); at each scale the global batch that maximises the plan's predicted throughput times the
+    statistical efficiency ``(B_noise + B0) / (B_noise + B)``, against the traced batch reaching the target
+    soonest there (steps to the target from the validation trace, times the placement's measured step time;
+    a per-GPU batch beyond the largest measured accumulates, as Pollux does). Target: within 10% of the
+    fastest's time.
+
+    python benchmarks/pollux_traces.py                      # 24 minutes on 2 busy cores (load 16)
+    python benchmarks/pollux_traces.py --quick              # 2 jobs, 20 bootstrap refits: 4 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import MLP, check, console, default_out, machine_facts, make_spec, print_table, quiet_optuna, write_json
+
+from autotune.scale import ScaleModel, StepReading, efficiency, plan_scale
+
+TRACES = Path("/work/shared/data/pollux-traces")
+JOBS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+SCALES = (4, 8, 16)  # nodes, each with 4 GPUs
+GPUS = 4
+TARGET_MEDIAN, TARGET_P90 = 0.10, 0.25  # (a)
+TARGET_BATCH = 0.95  # (b): of the best measured throughput at the placement
+TARGET_TIME = 0.10  # (c): within 10% of the fastest traced batch's time
+TARGET_JOBS = 5  # (b), (c): on at least 5 of the 6 jobs
+EARLY = 0.10  # (c): the first 10% of steps
+
+
+@dataclass
+class Row:
+    nodes: int
+    ranks: int
+    placement: str  # digits per node, the smallest rotation; "" for scalability.csv rows
+    batch: int
+    step_s: float
+    sync_s: float
+
+    @property
+    def throughput(self) -> float:
+        return self.ranks * self.batch / self.step_s
+
+    def reading(self) -> StepReading:
+        return StepReading(self.nodes, self.ranks, self.batch, 1, self.step_s)
+
+
+@dataclass
+class Job:
+    name: str
+    rows: list[Row]
+    validation: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, folder: Path) -> Job:
+        rows = []
+        for r in csv.DictReader((folder / "placements.csv").open()):
+            p = r["placement"]
+            rows.append(
+                Row(len(p), sum(map(int, p)), p, int(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"]))
+            )
+        for r in csv.DictReader((folder / "scalability.csv").open()):
+            rows.append(
+                Row(
+                    int(r["num_nodes"]),
+                    int(r["num_replicas"]),
+                    "",
+                    int(r["local_bsz"]),
+                    float(r["step_time"]),
+                    float(r["sync_time"]),
+                )
+            )
+        validation = {}
+        for path in folder.glob("validation-*.csv"):
+            batch = int(path.stem.split("-")[1])
+            validation[batch] = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(path.open())]
+        return cls(folder.name, rows, dict(sorted(validation.items())))
+
+    def at(self, nodes: int, ranks: int) -> dict[int, Row]:
+        """The measured rows of the placement ``ranks`` evenly over ``nodes`` (per-GPU batch -> row)."""
+        want = balanced(nodes, ranks)
+        out: dict[int, Row] = {}
+        for r in self.rows:
+            if r.nodes == nodes and r.ranks == ranks and (r.placement in ("", want)):
+                out.setdefault(r.batch, r)
+        return out
+
+
+def balanced(nodes: int, ranks: int) -> str:
+    """The placement string of ``ranks`` spread evenly over ``nodes``, as the traces write it (the
+    lexicographically smallest rotation)."""
+    base, extra = divmod(ranks, nodes)
+    digits = [base + (1 if i < extra else 0) for i in range(nodes)]
+    rotations = ["".join(map(str, digits[i:] + digits[:i])) for i in range(nodes)]
+    return min(rotations)
+
+
+# ------------------------------------------------------------------------------------------------ (a)
+def crude_errors(job: Job) -> list[float]:
+    """The issue's reference: compute time linear in the per-GPU batch from the one-GPU rows, plus the median
+    sync time of the two-node rows (it reads the traces' sync column, which a study does not measure)."""
+    one = [r for r in job.rows if r.ranks == 1]
+    beta, alpha = np.polyfit([r.batch for r in one], [r.step_s for r in one], 1)
+    sync = float(np.median([r.sync_s for r in job.rows if r.nodes == 2]))
+    return [
+        abs(r.ranks * r.batch / (alpha + beta * r.batch + sync) / r.throughput - 1) for r in job.rows if r.nodes >= 4
+    ]
+
+
+def prediction(job: Job, bootstrap: int) -> tuple[dict[str, Any], ScaleModel]:
+    train = [r.reading() for r in job.rows if r.nodes <= 2]
+    test = [r for r in job.rows if r.nodes >= 4]
+    model = ScaleModel.fit(train, bootstrap=bootstrap)
+    errors, inside = [], 0
+    for r in test:
+        speed = model.throughput(r.nodes, r.ranks, r.batch)
+        errors.append(abs(speed.value / r.throughput - 1))
+        inside += speed.low <= r.throughput <= speed.high
+    median, p90 = float(np.median(errors)), float(np.percentile(errors, 90))
+    crude = crude_errors(job)
+    return {
+        "crude_median_error": float(np.median(crude)),
+        "crude_p90_error": float(np.percentile(crude, 90)),
+        "train_rows": len(train),
+        "test_rows": len(test),
+        "median_error": median,
+        "p90_error": p90,
+        "interval_coverage": inside / len(test),
+        "met": median <= TARGET_MEDIAN and p90 <= TARGET_P90,
+        "params": vars(model.params),
+        "assumptions": model.assumptions(),
+    }, model
+
+
+# ------------------------------------------------------------------------------------------------ (b)
+def replayed_readings(job: Job, nodes: int, folder: Path) -> list[StepReading]:
+    """A study on ``nodes`` node(s) over every measured per-GPU batch and world sizes 1-4 per node, replayed
+    through the real tuner; its stored trials read back as the scale model's readings."""
+    from _common import study_document
+
+    from autotune.objectives import study_readings
+    from autotune.search_space import TrialConfig
+    from autotune.trial_runner import Outcome
+    from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
+
+    sizes = [nodes * k for k in range(1, GPUS + 1)]
+    batches = sorted({r.batch for r in job.rows if r.nodes == nodes})
+    measured = {ws: job.at(nodes, ws) for ws in sizes}
+
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        row = measured[config.world_size].get(config.batch_size)
+        if row is None:  # a placement the trace did not measure at this batch: a failed trial is data
+            return Measured(0.0, outcome=Outcome.CRASHED)
+        return Measured(row.throughput)
+
+    space = {"batch_size": {"choices": batches}, "world_size": {"choices": sizes}}
+    trial = {"warmup_steps": 1, "max_steps": 4, "report_every": 1}
+    grid = len(batches) * len(sizes)
+    document = study_document(
+        f"pollux-{job.name}-{nodes}n",
+        MLP,
+        space,
+        trial,
+        sampler={"name": "grid", "seed": 0},
+        pruner={"name": "none"},
+        n_trials=grid,
+        confirm={"top_k": 0},
+        storage=f"sqlite:///{folder}/{job.name}-{nodes}.db",
+    )
+    document["baseline"] = {"batch_size": batches[0], "world_size": sizes[0]}
+    if nodes > 1:
+        document["launcher"] = {"kind": "slurm", "nodes": nodes}
+    spec = make_spec(document, folder)
+    study = Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=grid).study
+    return study_readings(study, nodes)
+
+
+def recommended(job: Job, model: ScaleModel) -> list[dict[str, Any]]:
+    """At each scale: the plan's per-GPU batch among those the placement measured, against the best there."""
+    out = []
+    for nodes in SCALES:
+        rows = job.at(nodes, nodes * GPUS)
+        plans = plan_scale(model, nodes, GPUS, sorted(rows))
+        pick = plans[0]
+        best = max(rows.values(), key=lambda r: r.throughput)
+        got = rows[pick.batch_size].throughput
+        out.append(
+            {
+                "nodes": nodes,
+                "gpus": nodes * GPUS,
+                "batch": pick.batch_size,
+                "predicted": pick.throughput.value,
+                "measured": got,
+                "best_batch": best.batch,
+                "best": best.throughput,
+                "of_best": got / best.throughput,
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ (c)
+def increasing(job: Job) -> bool:
+    first = next(iter(job.validation.values()))
+    return first[-1]["metric"] > first[0]["metric"]
+
+
+def target_metric(job: Job) -> float:
+    """The worst traced batch's best metric: every traced batch reaches it."""
+    best = [
+        max(r["metric"] for r in rows) if increasing(job) else min(r["metric"] for r in rows)
+        for rows in job.validation.values()
+    ]
+    return min(best) if increasing(job) else max(best)
+
+
+def steps_to(job: Job, batch: int, target: float) -> float:
+    """Optimizer steps until the batch's validation trace reaches ``target`` (linear between its rows)."""
+    up = increasing(job)
+    previous: tuple[float, float | None] = (0.0, None)
+    for r in job.validation[batch]:
+        reached = r["metric"] >= target if up else r["metric"] <= target
+        if reached:
+            it0, m0 = previous
+            if m0 is None or m0 == r["metric"]:
+                return r["iteration"]
+            share = (target - m0) / (r["metric"] - m0)
+            return it0 + min(max(share, 0.0), 1.0) * (r["iteration"] - it0)
+        previous = (r["iteration"], r["metric"])
+    return math.inf
+
+
+def early_noise_scale(job: Job, at_end: bool = True) -> float:
+    """B_noise from the first 10% of steps of every validation trace, median over the traces: the estimate at
+    10% of the steps (the trace's last row within them: what a running estimate reads then), or with
+    ``at_end=False`` the ratio of the sums over all of those rows (the early rows' noise scale is smaller)."""
+    base = min(job.validation)
+    values = []
+    for rows in job.validation.values():
+        last = rows[-1]["iteration"]
+        early = [r for r in rows if r["iteration"] <= EARLY * last and r["grad_sqr"] > 0]
+        early = early or [r for r in rows if r["grad_sqr"] > 0][:1]
+        if at_end:
+            early = early[-1:]
+        values.append(base * sum(r["grad_var"] for r in early) / sum(r["grad_sqr"] for r in early))
+    return float(np.median(values))
+
+
+def step_time(rows: dict[int, Row], per_gpu: float) -> float | None:
+    """The placement's measured step time at a per-GPU batch: interpolated (log batch) between measured
+    batches; past the largest, accumulated (the compute of the extra micro-batches, without their sync)."""
+    batches = sorted(rows)
+    if per_gpu < batches[0]:
+        return None
+    accum = max(1, math.ceil(per_gpu / batches[-1] - 1e-9))
+    micro = per_gpu / accum
+    logs = [math.log(b) for b in batches]
+    step = float(np.interp(math.log(micro), logs, [rows[b].step_s for b in batches]))
+    sync = float(np.interp(math.log(micro), logs, [rows[b].sync_s for b in batches]))
+    return step + (accum - 1) * (step - sync)
+
+
+def traced_times(job: Job, nodes: int, target: float) -> dict[int, float]:
+    """Seconds to the target at ``nodes x 4`` GPUs of every traced global batch the placement can run."""
+    gpus = nodes * GPUS
+    rows = job.at(nodes, gpus)
+    times = {}
+    for batch in job.validation:
+        step = step_time(rows, batch / gpus)
+        if step is not None:
+            times[batch] = steps_to(job, batch, target) * step
+    return times
+
+
+def goodput_pick(job: Job, model: ScaleModel, nodes: int, batches: list[int], noise: float) -> int:
+    """The traced global batch of the highest predicted goodput at ``nodes x 4`` GPUs."""
+    gpus, base = nodes * GPUS, min(job.validation)
+    largest = max(job.at(nodes, gpus))
+
+    def goodput(batch: int) -> float:
+        accum = max(1, math.ceil(batch / gpus / largest - 1e-9))
+        micro = max(1, round(batch / gpus / accum))
+        return model.throughput(nodes, gpus, micro, accum).value * efficiency(batch, noise, base)
+
+    return max(batches, key=goodput)
+
+
+def goodput_choice(job: Job, model: ScaleModel) -> dict[str, Any]:
+    target = target_metric(job)
+    noise, noise_mean = early_noise_scale(job), early_noise_scale(job, at_end=False)
+    per_scale: list[dict[str, Any]] = []
+    for nodes in SCALES:
+        times = traced_times(job, nodes, target)
+        if not times:
+            continue
+        choice = goodput_pick(job, model, nodes, sorted(times), noise)
+        by_mean = goodput_pick(job, model, nodes, sorted(times), noise_mean)
+        fastest = min(times, key=lambda b: times[b])
+        per_scale.append(
+            {
+                "nodes": nodes,
+                "gpus": nodes * GPUS,
+                "feasible": sorted(times),
+                "times_s": times,
+                "choice": choice,
+                "choice_time_s": times[choice],
+                "fastest": fastest,
+                "fastest_time_s": times[fastest],
+                "over_fastest": times[choice] / times[fastest] - 1,
+                "choice_by_window_mean": by_mean,
+                "over_fastest_by_window_mean": times[by_mean] / times[fastest] - 1,
+            }
+        )
+    met = bool(per_scale) and all(s["over_fastest"] <= TARGET_TIME for s in per_scale)
+    met_mean = bool(per_scale) and all(s["over_fastest_by_window_mean"] <= TARGET_TIME for s in per_scale)
+    return {
+        "target_metric": target,
+        "metric_increases": increasing(job),
+        "noise_scale": noise,
+        "noise_scale_window_mean": noise_mean,
+        "base_batch": min(job.validation),
+        "scales": per_scale,
+        "met": met,
+        "met_by_window_mean": met_mean,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ main
+def run_job(job: Job, bootstrap: int, folder: Path) -> dict[str, Any]:
+    a, model = prediction(job, bootstrap)
+    readings = replayed_readings(job, 1, folder) + replayed_readings(job, 2, folder)
+    planned = ScaleModel.fit(readings, bootstrap=0)
+    b = recommended(job, planned)
+    c = goodput_choice(job, model)
+    return {
+        "prediction": a,
+        "replayed_readings": len(readings),
+        "plan": b,
+        "plan_met": all(s["of_best"] >= TARGET_BATCH for s in b),
+        "goodput": c,
+    }
+
+
+def report(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    print_table(
+        "(a) fitted on <= 2 nodes, predicting every row on 4-16 nodes (relative throughput error)",
+        ["job", "train rows", "test rows", "median", "p90", "in 90% interval", "crude: median / p90", "target"],
+        [
+            [
+                j,
+                a["train_rows"],
+                a["test_rows"],
+                f"{a['median_error']:.1%}",
+                f"{a['p90_error']:.1%}",
+                f"{a['interval_coverage']:.0%}",
+                f"{a['crude_median_error']:.1%} / {a['crude_p90_error']:.1%}",
+                check(a["met"]),
+            ]
+            for j, a in ((j, r["prediction"]) for j, r in results.items())
+        ],
+    )
+    print_table(
+        "(b) the per-GPU batch the plan recommends (from replayed 1- and 2-node studies) vs the best measured",
+        ["job", *(f"{n}x{GPUS}: batch / best (share)" for n in SCALES), "target"],
+        [
+            [j, *(f"{s['batch']} / {s['best_batch']} ({s['of_best']:.1%})" for s in r["plan"]), check(r["plan_met"])]
+            for j, r in results.items()
+        ],
+    )
+    print_table(
+        "(c) goodput's global batch (noise scale from the first 10% of steps) vs the fastest to the target",
+        ["job", "target metric", "B_noise", *(f"{n}x{GPUS}: chosen / fastest (+time)" for n in SCALES), "target"],
+        [
+            [
+                j,
+                f"{r['goodput']['target_metric']:.4g}",
+                f"{r['goodput']['noise_scale']:.0f}",
+                *(f"{s['choice']} / {s['fastest']} (+{s['over_fastest']:.0%})" for s in r["goodput"]["scales"]),
+                check(r["goodput"]["met"]),
+            ]
+            for j, r in results.items()
+        ],
+    )
+    a_met = all(r["prediction"]["met"] for r in results.values())
+    b_jobs = sum(r["plan_met"] for r in results.values())
+    c_jobs = sum(r["goodput"]["met"] for r in results.values())
+    summary = {
+        "a_met": a_met,
+        "b_jobs_met": b_jobs,
+        "b_met": b_jobs >= TARGET_JOBS,
+        "c_jobs_met": c_jobs,
+        "c_met": c_jobs >= TARGET_JOBS,
+    }
+    console.print(
+        f"(a) median <= {TARGET_MEDIAN:.0%} and p90 <= {TARGET_P90:.0%} on every job: {check(a_met)}; "
+        f"(b) >= {TARGET_BATCH:.0%} at every scale on {b_jobs}/{len(results)} jobs: "
+        f"{check(summary['b_met'])}; (c) within {TARGET_TIME:.0%} at every scale on {c_jobs}/{len(results)} "
+        f"jobs: {check(summary['c_met'])}"
+    )
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=Path, default=TRACES)
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=JOBS)
+    parser.add_argument("--bootstrap", type=int, default=100, help="refits behind (a)'s intervals")
+    parser.add_argument("--quick", action="store_true", help="cifar10 and ncf, 20 refits")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    jobs = ["cifar10", "ncf"] if args.quick else args.jobs
+    bootstrap = 20 if args.quick else args.bootstrap
+    quiet_optuna()
+    started, machine = time.monotonic(), machine_facts()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="autotune-pollux-") as folder:
+        for name in jobs:
+            console.print(f"[bold]{name}[/bold]")
+            results[name] = run_job(Job.load(args.traces / name), bootstrap, Path(folder))
+    summary = report(results)
+    settings = {
+        "traces": str(args.traces),
+        "jobs": jobs,
+        "bootstrap": bootstrap,
+        "scales": SCALES,
+        "gpus": GPUS,
+        "early": EARLY,
+    }
+    write_json(
+        args.out or default_out("pollux_traces", args.quick),
+        "pollux_traces",
+        settings,
+        {"jobs": results, "summary": summary},
+        machine,
+        started,
+    )
+
+
+if __name__ == "__main__":
+    main()
