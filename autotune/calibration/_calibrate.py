@@ -43,6 +43,7 @@ def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
         speedup_half_width=summary.speedup_half_width,
         statement=summary.statement,
         advice=summary.advice,
+        global_batch_held=bool(summary.global_batch_held),
     )
 
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from autotune.cli._style import fmt
 from autotune.objectives import TimeToLossRow, compile_payback, complete_trials, explain_choice, loss_noise_floor
-from autotune.search_space import TrialConfig
+from autotune.search_space import BatchSplit, TrialConfig
 
 
 def print_summary(console: Console, summary: object, spec: Any = None) -> None:
@@ -83,6 +83,9 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     lr_mark = " (not decided by this study)" if "lr_scaling" in undecided else ""
     table.add_row("  lr", fmt(base_cfg.lr if base_cfg else None, ".3g"), f"{summary.best_config.lr:.3g}{lr_mark}")
     console.print(table)
+    if summary.global_batch_held:
+        line = held_line(summary.best_config, summary.global_batch_held)
+        console.print(escape(line), highlight=False, soft_wrap=True)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{_confirmed_by(summary)}[/]")
@@ -111,6 +114,15 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
                       f"throughput ({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
     for line in noise_lines(summary):
         console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def held_line(config: TrialConfig, held: tuple[int, ...]) -> str:
+    """What a held global batch (constraints.global_batch) meant for the study, and the best's split."""
+    values = ", ".join(str(g) for g in held)
+    split = BatchSplit(config.batch_size, config.grad_accum, config.world_size)
+    return (f"global batch held at {values} (constraints.global_batch): only its splits were tried, each at the "
+            f"workload's base_lr (lr {config.lr:.3g}; lr_scaling not applied); the best splits {config.global_batch} "
+            f"as {split.label} (batch_size x grad_accum x world_size)")
 
 
 def _noise(group: Any) -> str:
