@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from autotune.objectives import busy_warning, choose
 from autotune.report._records import TrialRecord, finite_float, metric_names, trial_records
 from autotune.search_space import SPLIT_KNOBS, BatchSplit
-from autotune.spec import ConstraintsSpec, held_global_batches
+from autotune.spec import stored_global_batches
 
 OUTCOME_ORDER = ("complete", "pruned", "oom", "diverged", "crashed", "timeout", "hang", "interrupted", "running")
 
@@ -169,11 +169,7 @@ def held_line(study: optuna.Study, best: Measured | None, baseline: Measured | N
     """``global batch held at 256: the best splits it as 64x2x2, the baseline as 256x1x1 (batch_size x grad_accum x
     world_size), every trial at the same learning rate``; None when the stored study file held none."""
     stored = study.user_attrs.get("autotune")
-    constraints = stored.get("spec", {}).get("constraints") if isinstance(stored, Mapping) else None
-    try:
-        held = held_global_batches(ConstraintsSpec.model_validate(constraints or {}).global_batch)
-    except ValueError:  # a study file of another version: nothing to say
-        return None
+    held = stored_global_batches(stored.get("spec") if isinstance(stored, Mapping) else None)
     if not held:
         return None
     sides = [f"the {name} splits it as {_split(side.config)}" for name, side in (("best", best), ("baseline", baseline))

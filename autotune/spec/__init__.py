@@ -7,7 +7,7 @@ This room reads the file only; loading the workload it names is :mod:`autotune.w
 """
 
 from autotune.spec._env import RESERVED_ENV, EnvSpec, parse_env
-from autotune.spec._global_batch import held_global_batches
+from autotune.spec._global_batch import held_global_batches, stored_global_batches
 from autotune.spec._hyperparameters import (
     BASE_LR,
     OPTIMIZER_PREFIX,
@@ -75,5 +75,6 @@ __all__ = [
     "redact_url",
     "single_value",
     "split_hyperparameters",
+    "stored_global_batches",
     "unknown_knob_message",
 ]

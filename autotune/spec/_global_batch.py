@@ -58,6 +58,19 @@ def held_global_batches(spec: GlobalBatchSpec | None) -> tuple[int, ...]:
     return tuple(int(v) for v in spec.choices)
 
 
+def stored_global_batches(stored_spec: Any) -> tuple[int, ...] | None:
+    """The global batches a study held, read from the study file it stored (the ``autotune`` study attribute's
+    ``spec``): () when it held none, None when there is no stored study file to read (or it cannot be read)."""
+    if not isinstance(stored_spec, Mapping):
+        return None
+    constraints = stored_spec.get("constraints")
+    try:
+        raw = constraints.get("global_batch") if isinstance(constraints, Mapping) else None
+        return held_global_batches(parse_global_batch(raw))
+    except ValueError:
+        return None
+
+
 def _schema() -> dict[str, Any]:
     integer = {"type": "integer", "minimum": 1}
     return {

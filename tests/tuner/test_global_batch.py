@@ -16,6 +16,7 @@ from rich.console import Console
 from autotune.calibration import load_calibration
 from autotune.cli._results import best_payload
 from autotune.cli._run_summary import print_summary
+from autotune.errors import UsageError
 from autotune.report import report_data
 from autotune.search_space import SPLIT_PARAM, TrialConfig
 from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, replay_runner
@@ -149,3 +150,20 @@ def test_the_fingerprint_holds_the_global_batch_and_a_different_one_blocks(tmp_p
     older = {**free, "workload": {k: v for k, v in free["workload"].items() if k != "global_batch"}}
     assert compare_fingerprints(free, older).same
     assert describe_fingerprint(held)[2].endswith(", global batch held at {256, 512}")
+
+
+@pytest.mark.slow
+def test_a_study_resumed_with_another_global_batch_is_refused_and_read_as_it_ran(tmp_path: Path) -> None:
+    path = _write(tmp_path, "resumed", 256, sampler="random", n_trials=2)
+    _run(path)
+    _write(tmp_path, "resumed", 512, sampler="random", n_trials=4)
+    with pytest.raises(UsageError, match=r"constraints\.global_batch: the stored study 'resumed' held global batch "
+                                         r"256, the file now holds 512; rename the study or restore its global_batch"):
+        _run(path)
+    _write(tmp_path, "resumed", None, sampler="random", n_trials=4)
+    with pytest.raises(UsageError, match="held global batch 256, the file now holds none"):
+        _run(path)
+    assert len(_trials(path, "resumed")) == 2  # nothing ran
+    # reading the study needs no check, and says what it ran with, whatever the file says now
+    payload = best_payload(str(path))
+    assert payload["derived"]["global_batch_held"] is True and payload["derived"]["global_batch"] == 256
