@@ -17,7 +17,7 @@ from autotune.search_space import BatchSplit, TrialConfig
 
 def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     """The final table of `autotune run`: the chosen configuration against the baseline."""
-    from autotune.tuner import TuneSummary, not_launched
+    from autotune.tuner import TuneSummary
 
     assert isinstance(summary, TuneSummary)
     best, base = summary.best, summary.baseline
@@ -89,20 +89,17 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{_confirmed_by(summary)}[/]")
-    skipped = not_launched(summary.study)
-    if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
-        console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
-                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)})", highlight=False)
-    if summary.best_config.compile != "off":
-        rows = complete_trials(summary.study)
-        chosen = next((r for r in rows if r["number"] == summary.best_trial), None)
-        payback = compile_payback(chosen, rows) if chosen else None
-        if payback is not None:
-            console.print(escape(payback.describe()))
+    _notes(console, summary)
     if metric == "time_to_loss_s":
         explanation = explain_choice(_time_to_loss_rows(summary.study), best.config_key)
         if explanation:
             console.print(explanation)
+    _verdict(console, summary)
+
+
+def _verdict(console: Console, summary: Any) -> None:
+    """The loss noise floor, the speed-up over the baseline (or that the defaults are best), the noise's lines."""
+    best, base = summary.best, summary.baseline
     floor = _loss_floor_line(summary.study, best, base)
     if floor:
         console.print(f"[dim]{floor}[/]")
@@ -114,6 +111,22 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
                       f"throughput ({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
     for line in noise_lines(summary):
         console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _notes(console: Console, summary: Any) -> None:
+    """The configurations not launched (predicted over the memory budget) and a compiled choice's payback."""
+    from autotune.tuner import not_launched
+
+    skipped = not_launched(summary.study)
+    if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
+        console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
+                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)})", highlight=False)
+    if summary.best_config.compile != "off":
+        rows = complete_trials(summary.study)
+        chosen = next((r for r in rows if r["number"] == summary.best_trial), None)
+        payback = compile_payback(chosen, rows) if chosen else None
+        if payback is not None:
+            console.print(escape(payback.describe()))
 
 
 def held_line(config: TrialConfig, held: tuple[int, ...]) -> str:
