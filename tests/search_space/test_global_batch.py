@@ -153,3 +153,17 @@ def test_feasible_splits_are_exactly_the_splits_of_the_space(bs: Any, ga: Any, w
     for _ in range(5):
         config = s.suggest(study.ask())
         assert config.global_batch in held and config.lr == BASE_LR and s.contains(config)
+
+
+def test_autotune_trial_set_completes_the_split_or_refuses_in_one_line() -> None:
+    from autotune.cli._commands import _config_of_sets
+    from autotune.errors import UsageError
+
+    s = space(QUICK, (256,))
+    config = _config_of_sets(s, ["batch_size=64"])
+    assert (config.batch_size, config.grad_accum, config.world_size, config.lr) == (64, 4, 1, BASE_LR)
+    config = _config_of_sets(s, ["world_size=2", "grad_accum=4"])
+    assert (config.batch_size, config.global_batch) == (32, 256)
+    refused = r"^--set: batch_size 64 x grad_accum 1 x world_size 2 is no split of the held global batch 256"
+    with pytest.raises(UsageError, match=refused):
+        _config_of_sets(s, ["batch_size=64", "world_size=2", "grad_accum=1"])
