@@ -255,8 +255,13 @@ def test_schema_is_json_schema_that_accepts_the_example(tmp_path: Path) -> None:
         {**example, "search_space": {"amp": "fp8"}},
         {**example, "search_space": {"batchsize": 4}},
         {k: v for k, v in example.items() if k != "workload"},
+        {**example, "constraints": {"global_batch": 0}},
+        {**example, "constraints": {"global_batch": {"choices": []}}},
+        {**example, "constraints": {"global_batch": {"low": 64, "high": 256}}},
     ):
         assert list(validator.iter_errors(bad)), bad
+    for held in (256, {"choices": [256, 512]}):
+        assert list(validator.iter_errors({**example, "constraints": {"global_batch": held}})) == []
 
 
 def test_every_knob_is_in_the_schema() -> None:
