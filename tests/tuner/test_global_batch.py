@@ -4,6 +4,7 @@ the report and the Calibration show the split; a warm start never crosses global
 
 from __future__ import annotations
 
+import html
 import io
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from autotune.calibration import load_calibration
 from autotune.cli._results import best_payload
 from autotune.cli._run_summary import print_summary
 from autotune.errors import UsageError
-from autotune.report import report_data
+from autotune.report import render_html, report_data
 from autotune.search_space import SPLIT_PARAM, TrialConfig
 from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, replay_runner
 from autotune.workload_check import compare_fingerprints, describe_fingerprint, load_spec, study_fingerprint
@@ -98,9 +99,11 @@ def test_the_summary_best_report_and_calibration_show_the_split(tmp_path: Path) 
     assert f"global batch {best.global_batch} held, split {split}" in calibration.summary()
 
     study = optuna.load_study(study_name="held-shown", storage=f"sqlite:///{tmp_path / 'studies.db'}")
-    held = report_data(study).headline.held
+    data = report_data(study)
+    held = data.headline.held
     assert held is not None and held.startswith("global batch held at 256, 512 (constraints.global_batch): ")
     assert f"the best splits it as {split}" in held and "the baseline splits it as 256x1x1" in held
+    assert f'<b>Global batch</b>: <span id="held">{html.escape(held)}</span>' in render_html(data)
 
 
 @pytest.mark.slow
