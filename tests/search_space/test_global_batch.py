@@ -167,3 +167,19 @@ def test_autotune_trial_set_completes_the_split_or_refuses_in_one_line() -> None
     refused = r"^--set: batch_size 64 x grad_accum 1 x world_size 2 is no split of the held global batch 256"
     with pytest.raises(UsageError, match=refused):
         _config_of_sets(s, ["batch_size=64", "world_size=2", "grad_accum=1"])
+
+
+def test_a_searched_base_lr_still_sets_the_learning_rate_of_a_trial(tmp_path: Any) -> None:
+    from autotune.search_space import param_name, study_space
+    from autotune.spec import parse_spec
+
+    spec = parse_spec({
+        "name": "held-lr", "workload": {"entrypoint": "autotune.workloads.mlp:build", "args": {"hidden": 16}},
+        "search_space": {"batch_size": {"choices": [64, 128]}, "world_size": {"choices": [1, 2]}},
+        "hyperparameters": {"base_lr": {"choices": [0.001, 0.01]}}, "constraints": {"global_batch": 128},
+    }, base_dir=tmp_path)
+    s = study_space(spec)
+    for split in ("128x1x1", "64x1x2"):
+        for lr in (0.001, 0.01):
+            config = s.suggest(optuna.trial.FixedTrial({SPLIT_PARAM: split, param_name("base_lr"): lr}))
+            assert config.lr == lr and config.global_batch == 128
