@@ -255,8 +255,13 @@ def test_schema_is_json_schema_that_accepts_the_example(tmp_path: Path) -> None:
         {**example, "search_space": {"amp": "fp8"}},
         {**example, "search_space": {"batchsize": 4}},
         {k: v for k, v in example.items() if k != "workload"},
+        {**example, "constraints": {"global_batch": 0}},
+        {**example, "constraints": {"global_batch": {"choices": []}}},
+        {**example, "constraints": {"global_batch": {"low": 64, "high": 256}}},
     ):
         assert list(validator.iter_errors(bad)), bad
+    for held in (256, {"choices": [256, 512]}):
+        assert list(validator.iter_errors({**example, "constraints": {"global_batch": held}})) == []
 
 
 def test_every_knob_is_in_the_schema() -> None:
@@ -271,3 +276,38 @@ def test_summary_says_which_trials_evaluate_the_held_out_set(tmp_path: Path) -> 
     assert "held-out loss after every trial" in summary_text(quickstart, "trial.evaluate=always")
     assert "held-out loss" not in summary_text(quickstart, "trial.evaluate=never")
     assert "held-out loss" not in summary_text(write_example(tmp_path))  # no eval_dataset: nothing to evaluate
+
+
+def test_summary_lists_the_feasible_splits_of_a_held_global_batch(tmp_path: Path) -> None:
+    study = write_example(tmp_path)
+    text = summary_text(study, "constraints.global_batch=256")
+    assert ("global batch 256 held: 6 feasible splits (batch_size x grad_accum x world_size), searched as "
+            "batch_split: 256x1x1, 128x2x1, 64x4x1, 128x1x2, 64x2x2, 32x4x2\n") in text
+    assert "max_memory_mb 8000, global_batch 256" in text
+    assert "base_lr 0.002 in every trial (global batch held: lr_scaling not applied)" in text
+    rows = knob_rows(text)
+    assert rows["batch_size"] == ["split", "16..512 log", "256"]  # the default: the baseline's split, 256x1x1
+    assert rows["grad_accum"] == ["split", "{1, 2, 4}", "1"]
+    assert rows["world_size"] == ["split", "{1, 2}", "1"]
+    assert rows["lr_scaling"] == ["fixed", "none", "sqrt"]
+    assert "note lr_scaling: not applied: the global batch is held (constraints.global_batch)" in text
+    # one split: said, with how to vary it
+    one = summary_text(study, "constraints.global_batch=48", "search_space.grad_accum=1", "search_space.world_size=1")
+    assert ("global batch 48 held: one feasible split (batch_size x grad_accum x world_size), 48x1x1; search "
+            "batch_size, grad_accum or world_size to vary it") in one
+    assert knob_rows(one)["batch_size"] == ["fixed by the split", "16..512 log", "48"]
+
+
+def test_a_held_global_batch_without_a_split_exits_2_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    study = write_example(tmp_path)
+    before = listing(tmp_path)
+    result = CliRunner().invoke(main, ["validate", str(study), "--set", "constraints.global_batch=1000",
+                                       "--set", "search_space.batch_size={choices: [16, 32]}"])
+    assert result.exit_code == 2, result.stdout
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {study}: constraints.global_batch: no split batch_size x grad_accum x world_size of the search space "
+        "(batch_size {16, 32}, grad_accum {1, 2, 4}, world_size {1, 2}) makes 1000; let batch_size reach 1000 / "
+        "(grad_accum x world_size), e.g. {choices: [1000, 500, 250, 125]}"
+    ]
+    assert listing(tmp_path) == before

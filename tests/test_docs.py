@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from autotune.knobs import KNOBS
-from autotune.spec import SearchSpaceSpec, StudySpec, parse_spec, read_yaml
+from autotune.spec import Choices, Fixed, SearchSpaceSpec, StudySpec, parse_spec, read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -32,7 +32,8 @@ def key_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
         annotation = info.annotation
         nested = [a for a in (getattr(annotation, "__args__", None) or (annotation,)) if isinstance(a, type)]
         for sub in nested:
-            if issubclass(sub, BaseModel) and sub is not SearchSpaceSpec:
+            # a knob's value shapes ({value}, {choices}) are not keys: constraints.global_batch takes them too
+            if issubclass(sub, BaseModel) and sub not in (SearchSpaceSpec, Fixed, Choices):
                 paths.extend(key_paths(sub, prefix + name + "."))
     return paths
 

@@ -246,6 +246,46 @@ CASES = [
          args=("--set", "trial.max_stepz=3")),
     case("set_bad_yaml", "", "--set search_space.amp", "fix the YAML syntax",
          args=("--set", "search_space.amp=[off, bf16")),
+    # -- constraints.global_batch: an integer or {choices: [...]} of integers, with a feasible split each
+    case("global_batch_not_integer", "constraints: {global_batch: two}\n", "constraints.global_batch",
+         "'two' is not an integer", "global_batch: 256"),
+    case("global_batch_zero", "constraints: {global_batch: 0}\n", "constraints.global_batch", "0 is below 1"),
+    case("global_batch_bool", "constraints: {global_batch: true}\n", "constraints.global_batch",
+         "True is not an integer"),
+    case("global_batch_float", "constraints: {global_batch: 256.5}\n", "constraints.global_batch",
+         "256.5 is not an integer"),
+    case("global_batch_empty_choices", "constraints: {global_batch: {choices: []}}\n", "constraints.global_batch",
+         "non-empty list of integers"),
+    case("global_batch_choice_not_integer", "constraints: {global_batch: {choices: [256, big]}}\n",
+         "constraints.global_batch", "choices[1]: 'big' is not an integer"),
+    case("global_batch_choice_twice", "constraints: {global_batch: {choices: [256, 256]}}\n",
+         "constraints.global_batch", "lists a value twice"),
+    case("global_batch_range", "constraints: {global_batch: {low: 128, high: 512}}\n", "constraints.global_batch",
+         "takes an integer or {choices: [...]}"),
+    case("global_batch_bare_list", "constraints: {global_batch: [256, 512]}\n", "constraints.global_batch",
+         "write {choices: [256, 512]}"),
+    case("global_batch_no_split", """\
+         search_space: {batch_size: {choices: [16, 32]}, world_size: {choices: [1, 2]}}
+         constraints: {global_batch: 100}
+         """, "constraints.global_batch", "no split batch_size x grad_accum x world_size", "makes 100",
+         "e.g. {choices: [100, 50]}", "search grad_accum",
+         args=("--no-build",)),
+    case("global_batch_indivisible", """\
+         search_space: {batch_size: {low: 8, high: 64}, grad_accum: 2, world_size: 2}
+         constraints: {global_batch: 66}
+         """, "constraints.global_batch", "makes 66", "no grad_accum x world_size here divides 66",
+         args=("--no-build",)),
+    case("global_batch_one_choice_without_split", """\
+         search_space: {batch_size: {choices: [32, 64]}, grad_accum: {choices: [1, 2]}}
+         constraints: {global_batch: {choices: [64, 1000]}}
+         """, "constraints.global_batch", "makes 1000",
+         args=("--no-build",)),
+    case("global_batch_baseline_outside", """\
+         search_space: {batch_size: {choices: [32, 64]}, grad_accum: {choices: [1, 2]}}
+         constraints: {global_batch: 64}
+         baseline: {world_size: 2}
+         """, "baseline:", "world_size 2 is no split of the held global batch 64", "64x1x1, 32x2x1",
+         args=("--no-build",)),
 ]
 # fmt: on
 

@@ -195,6 +195,9 @@ def test_lr_scaling_under_throughput_only_is_not_decided(tmp_path: Path) -> None
     assert any(w.startswith("search_space.lr_scaling:") and "does not decide lr_scaling" in w for w in found)
     assert any(w.startswith("search_space.grad_accum:") for w in found)
     assert _warnings(tmp_path, body + "objectives: [{metric: throughput}, {metric: loss}]\n") == []
+    # under a held global batch neither changes the training: lr_scaling is not applied, grad_accum only splits
+    held = body + "objectives: [{metric: throughput}]\nconstraints: {global_batch: 64}\n"
+    assert not [w for w in _warnings(tmp_path, held) if "lr_scaling" in w or "grad_accum" in w]
 
 
 @pytest.mark.parametrize("native", [False, True])

@@ -44,6 +44,7 @@ def _from_summary(summary: TuneSummary, spec: StudySpec) -> Calibration:
         statement=summary.statement,
         advice=summary.advice,
         spec=spec,
+        global_batch_held=bool(summary.global_batch_held),
     )
 
 

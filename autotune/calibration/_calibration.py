@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.search_space import TrialConfig
+from autotune.search_space import BatchSplit, TrialConfig
 
 if TYPE_CHECKING:
     from autotune.objectives import ScalePlan
@@ -35,6 +35,8 @@ class Calibration:
         statement: how sure the choice is, ``best by X% (± Y%) over #N`` or ``tied within noise with ...``.
         advice: when a confirmation race left the two leaders tied, what more rounds would take (else None).
         spec: the study file it was read with (None in a rank, from :meth:`from_json`).
+        global_batch_held: the study held the global batch (``constraints.global_batch``): every trial ran it,
+            split differently (:attr:`split`), at the same learning rate.
     """
 
     config: TrialConfig
@@ -51,12 +53,18 @@ class Calibration:
     statement: str | None = None
     advice: str | None = None
     spec: Any = None  # the StudySpec the study was read with (None when rebuilt from JSON)
+    global_batch_held: bool = False
 
     # -- the numbers ------------------------------------------------------------------------------------
     @property
     def lr(self) -> float:
         """The scaled learning rate: ``base_lr * f(global_batch / base_batch_size)``."""
         return self.config.lr
+
+    @property
+    def split(self) -> BatchSplit:
+        """How the global batch is split: ``(batch_size, grad_accum, world_size)``; ``split.label`` is ``"64x2x2"``."""
+        return BatchSplit(self.config.batch_size, self.config.grad_accum, self.config.world_size)
 
     @property
     def batch_size(self) -> int:
@@ -246,4 +254,8 @@ class Calibration:
             speed = ", the default configuration: nothing beat it"
         through = f"{self.throughput_samples_s:,.0f} samples/s" if self.throughput_samples_s else "unmeasured"
         noise = f"; {self.statement}" if self.statement else ""
-        return f"{self.config.short()} ({through}{speed}{noise})"
+        held = ""
+        if self.global_batch_held:
+            held = (f"; global batch {self.config.global_batch} held, split {self.split.label} "
+                    "(batch_size x grad_accum x world_size)")
+        return f"{self.config.short()} ({through}{speed}{noise}{held})"

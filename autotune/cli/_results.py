@@ -14,6 +14,7 @@ from autotune.cli._run_summary import noise_lines
 from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
 from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, measured_groups, pooled_sd
+from autotune.search_space import BatchSplit
 from autotune.spec import StudySpec
 from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, read_study, summarize, warm_start_line
 from autotune.workload_check import describe_fingerprint, load_spec
@@ -38,7 +39,11 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         "confirmed": summary.confirmed,
         "config": config.knobs(),
         "hyperparameters": config.model_dump(mode="json")["hyperparameters"],
-        "derived": {"global_batch": config.global_batch, "lr": config.lr, "device": config.device},
+        "derived": {
+            "global_batch": config.global_batch, "lr": config.lr, "device": config.device,
+            "global_batch_held": bool(summary.global_batch_held),  # constraints.global_batch
+            "split": BatchSplit(config.batch_size, config.grad_accum, config.world_size).label,  # bs x accum x ranks
+        },
         "metrics": {
             spec.objectives[0].key + "_median": summary.best.median,  # the chosen metric (time_to_loss_s...)
             "spread": summary.best.spread,

@@ -12,12 +12,12 @@ from rich.table import Table
 
 from autotune.cli._style import fmt
 from autotune.objectives import TimeToLossRow, compile_payback, complete_trials, explain_choice, loss_noise_floor
-from autotune.search_space import TrialConfig
+from autotune.search_space import BatchSplit, TrialConfig
 
 
 def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     """The final table of `autotune run`: the chosen configuration against the baseline."""
-    from autotune.tuner import TuneSummary, not_launched
+    from autotune.tuner import TuneSummary
 
     assert isinstance(summary, TuneSummary)
     best, base = summary.best, summary.baseline
@@ -83,23 +83,23 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
     lr_mark = " (not decided by this study)" if "lr_scaling" in undecided else ""
     table.add_row("  lr", fmt(base_cfg.lr if base_cfg else None, ".3g"), f"{summary.best_config.lr:.3g}{lr_mark}")
     console.print(table)
+    if summary.global_batch_held:
+        line = held_line(summary.best_config, summary.global_batch_held)
+        console.print(escape(line), highlight=False, soft_wrap=True)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(summary.counts.items()))
     console.print(f"[dim]trials: {counts}; best is trial #{summary.best_trial}"
                   f"{_confirmed_by(summary)}[/]")
-    skipped = not_launched(summary.study)
-    if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
-        console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
-                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)})", highlight=False)
-    if summary.best_config.compile != "off":
-        rows = complete_trials(summary.study)
-        chosen = next((r for r in rows if r["number"] == summary.best_trial), None)
-        payback = compile_payback(chosen, rows) if chosen else None
-        if payback is not None:
-            console.print(escape(payback.describe()))
+    _notes(console, summary)
     if metric == "time_to_loss_s":
         explanation = explain_choice(_time_to_loss_rows(summary.study), best.config_key)
         if explanation:
             console.print(explanation)
+    _verdict(console, summary)
+
+
+def _verdict(console: Console, summary: Any) -> None:
+    """The loss noise floor, the speed-up over the baseline (or that the defaults are best), the noise's lines."""
+    best, base = summary.best, summary.baseline
     floor = _loss_floor_line(summary.study, best, base)
     if floor:
         console.print(f"[dim]{floor}[/]")
@@ -111,6 +111,31 @@ def print_summary(console: Console, summary: object, spec: Any = None) -> None:
                       f"throughput ({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
     for line in noise_lines(summary):
         console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _notes(console: Console, summary: Any) -> None:
+    """The configurations not launched (predicted over the memory budget) and a compiled choice's payback."""
+    from autotune.tuner import not_launched
+
+    skipped = not_launched(summary.study)
+    if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
+        console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
+                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)})", highlight=False)
+    if summary.best_config.compile != "off":
+        rows = complete_trials(summary.study)
+        chosen = next((r for r in rows if r["number"] == summary.best_trial), None)
+        payback = compile_payback(chosen, rows) if chosen else None
+        if payback is not None:
+            console.print(escape(payback.describe()))
+
+
+def held_line(config: TrialConfig, held: tuple[int, ...]) -> str:
+    """What a held global batch (constraints.global_batch) meant for the study, and the best's split."""
+    values = ", ".join(str(g) for g in held)
+    split = BatchSplit(config.batch_size, config.grad_accum, config.world_size)
+    return (f"global batch held at {values} (constraints.global_batch): only its splits were tried, each at the "
+            f"workload's base_lr (lr {config.lr:.3g}; lr_scaling not applied); the best splits {config.global_batch} "
+            f"as {split.label} (batch_size x grad_accum x world_size)")
 
 
 def _noise(group: Any) -> str:

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autotune.knobs import KNOBS
-from autotune.search_space import study_space
+from autotune.search_space import SPLIT_KNOBS, SearchSpace, describe_splits, study_space
 from autotune.spec import Choices, Fixed, FloatRange, HyperparameterSpec, IntRange, KnobSpec, StudySpec, redact_url
 from autotune.workload import study_workload
 
@@ -30,7 +30,7 @@ def render_resolved_study(spec: StudySpec, console: Console) -> None:
     settings = Table.grid(padding=(0, 2))
     settings.add_column(style="bold")
     settings.add_column()
-    for key, value in _settings(spec, workload, space.device):
+    for key, value in _settings(spec, workload, space):
         settings.add_row(key, escape(value))
     console.print(settings)
 
@@ -43,8 +43,11 @@ def render_resolved_study(spec: StudySpec, console: Console) -> None:
     no_workers = _describe(space.knobs["num_workers"]) in ("0", "{0}", "0..0")
     sharding = space.knobs["sharding"]
     no_ddp = "ddp" not in (sharding.choices if isinstance(sharding, Choices) else (getattr(sharding, "value", None),))
+    split_default = space.default_config() if space.global_batch else None  # the first feasible split
     for name, knob_spec in space.knobs.items():
         default = workload.base_batch_size if name == "batch_size" else KNOBS[name].default
+        if split_default is not None and name in SPLIT_KNOBS:
+            default = getattr(split_default, name)
         values = _describe(knob_spec)
         if name == "prefetch_factor" and no_workers:
             values = "- (unused: num_workers is 0)"
@@ -55,14 +58,29 @@ def render_resolved_study(spec: StudySpec, console: Console) -> None:
         elif KNOBS[name].ddp_only and name in searched and "sharding" in searched:
             values += " when sharding is ddp"
         mode = "searched" if name in searched else "fixed"
+        if space.global_batch and name in SPLIT_KNOBS:
+            mode = "split" if space.split_searched() else "fixed by the split"
         knobs.add_row(name, mode, escape(values), escape(_show(default)))
     console.print(knobs)
+    if space.global_batch:
+        console.print(escape(split_line(space)), highlight=False, soft_wrap=True)
     if space.env:
         console.print(_env_table(space))
     if space.hyper.specs:
         console.print(_hyperparameter_table(space.hyper, spec.workload.entrypoint))
     for note in space.notes:
         console.print(f"[yellow]note[/] {escape(note)}")
+
+
+def split_line(space: SearchSpace) -> str:
+    """The feasible splits of a held global batch, as searched (Optuna param batch_split)."""
+    held = ", ".join(str(g) for g in space.global_batch)
+    count = len(space.splits)
+    if count == 1:
+        return (f"global batch {held} held: one feasible split (batch_size x grad_accum x world_size), "
+                f"{space.splits[0].label}; search batch_size, grad_accum or world_size to vary it")
+    return (f"global batch {held} held: {count} feasible splits (batch_size x grad_accum x world_size), searched as "
+            f"batch_split: {describe_splits(space.splits)}")
 
 
 def _env_table(space: Any) -> Table:
@@ -101,7 +119,8 @@ def _hyperparameter_table(hyper: Any, entrypoint: str) -> Table:
     return table
 
 
-def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, str]]:
+def _settings(spec: StudySpec, workload: Any, space: SearchSpace) -> list[tuple[str, str]]:
+    device = space.device
     launcher = spec.launcher
     where = f"{launcher.kind}, device {device}"
     if launcher.device == "auto":
@@ -130,6 +149,12 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
     if len(spec.objectives) > 1:
         objectives += " - Pareto front"
     max_mem = spec.constraints.max_memory_mb
+    constraints = [f"max_memory_mb {_show(max_mem)}"] if max_mem is not None else []
+    if space.global_batch:
+        constraints.append("global_batch " + ", ".join(str(g) for g in space.global_batch))
+    lr_reference = f"base_lr {_show(workload.base_lr)} at global batch {workload.base_batch_size}"
+    if space.global_batch:
+        lr_reference = f"base_lr {_show(workload.base_lr)} in every trial (global batch held: lr_scaling not applied)"
     sampler = spec.sampler
     sampler_text: str = sampler.name + (f", seed {sampler.seed}" if sampler.seed is not None else "")
     if sampler.n_startup_trials is not None:
@@ -155,11 +180,11 @@ def _settings(spec: StudySpec, workload: Any, device: str) -> list[tuple[str, st
     rows = [
         ("storage", redact_url(spec.storage_url())),
         ("workload", f"{spec.workload.entrypoint}({args})"),
-        ("lr reference", f"base_lr {_show(workload.base_lr)} at global batch {workload.base_batch_size}"),
+        ("lr reference", lr_reference),
         ("launcher", where),
         ("trial", limits),
         ("objectives", objectives),
-        ("constraints", f"max_memory_mb {_show(max_mem)}" if max_mem is not None else "-"),
+        ("constraints", ", ".join(constraints) or "-"),
         ("sampler", sampler_text),
         ("pruner", pruner_text),
         ("budget", budget_text),

@@ -13,6 +13,8 @@ from optuna.trial import TrialState
 
 from autotune.objectives import busy_warning, choose
 from autotune.report._records import TrialRecord, finite_float, metric_names, trial_records
+from autotune.search_space import SPLIT_KNOBS, BatchSplit
+from autotune.spec import stored_global_batches
 
 OUTCOME_ORDER = ("complete", "pruned", "oom", "diverged", "crashed", "timeout", "hang", "interrupted", "running")
 
@@ -50,6 +52,7 @@ class Headline(NamedTuple):
     busy: str | None = None  # the one-line warning naming the trials measured on a busy machine
     race: str | None = None  # how a confirmation race ran ("12 rounds of ~0.5 s blocks, stopped: decided")
     advice: str | None = None  # a race that left its leaders tied: what more rounds would take
+    held: str | None = None  # constraints.global_batch: the global batch held and how best and baseline split it
 
 
 
@@ -157,6 +160,33 @@ def _race_line(study: optuna.Study) -> str | None:
 
 
 def headline_data(study: optuna.Study) -> Headline:
+    """Best against baseline (:func:`_headline`), and the held global batch's line when the study held one."""
+    headline = _headline(study)
+    return headline._replace(held=held_line(study, headline.best, headline.baseline))
+
+
+def held_line(study: optuna.Study, best: Measured | None, baseline: Measured | None) -> str | None:
+    """``global batch held at 256: the best splits it as 64x2x2, the baseline as 256x1x1 (batch_size x grad_accum x
+    world_size), every trial at the same learning rate``; None when the stored study file held none."""
+    stored = study.user_attrs.get("autotune")
+    held = stored_global_batches(stored.get("spec") if isinstance(stored, Mapping) else None)
+    if not held:
+        return None
+    sides = [f"the {name} splits it as {_split(side.config)}" for name, side in (("best", best), ("baseline", baseline))
+             if side is not None and _split(side.config)]
+    return (f"global batch held at {', '.join(map(str, held))} (constraints.global_batch)"
+            + (": " + ", ".join(sides) + " (batch_size x grad_accum x world_size)" if sides else "")
+            + "; every trial at the workload's base_lr (lr_scaling not applied)")
+
+
+def _split(config: Mapping[str, Any]) -> str | None:
+    values = [config.get(name) for name in SPLIT_KNOBS]
+    if not all(isinstance(v, int) for v in values):
+        return None
+    return BatchSplit(*(int(v) for v in values if v is not None)).label
+
+
+def _headline(study: optuna.Study) -> Headline:
     """Best against baseline.
 
     An autotune study (it has the ``autotune`` attribute) shows the study's one choice,

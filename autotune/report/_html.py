@@ -151,6 +151,8 @@ def _headline_html(h: Headline) -> str:
         lines.append("<b>Baseline</b>: no baseline trial stored")
     if h.statement:  # the winner against the runner-up: never a bare winner
         lines.append(f'<b>Noise</b>: <span id="statement">{_e(h.statement)}</span>')
+    if h.held:
+        lines.append(f'<b>Global batch</b>: <span id="held">{_e(h.held)}</span>')
     if h.race:
         lines.append(f'<b>Confirmation</b>: <span id="race">{_e(h.race)}</span>')
     if h.advice:

@@ -4,16 +4,21 @@ from autotune.knobs import KNOBS, KnobDef
 from autotune.search_space._config import TrialConfig, scaled_lr
 from autotune.search_space._hyper import PARAM_PREFIX, HyperparameterSpace, param_name
 from autotune.search_space._space import ENV_PARAM_PREFIX, SearchSpace
+from autotune.search_space._split import SPLIT_KNOBS, SPLIT_PARAM, BatchSplit, describe_splits
 from autotune.search_space._study import hyperparameter_space, study_space
 
 __all__ = [
     "ENV_PARAM_PREFIX",
     "KNOBS",
     "PARAM_PREFIX",
+    "SPLIT_KNOBS",
+    "SPLIT_PARAM",
+    "BatchSplit",
     "HyperparameterSpace",
     "KnobDef",
     "SearchSpace",
     "TrialConfig",
+    "describe_splits",
     "hyperparameter_space",
     "param_name",
     "scaled_lr",

@@ -10,6 +10,7 @@ from autotune.errors import UsageError
 from autotune.knobs import DDP_ONLY, KNOBS
 from autotune.search_space._config import TrialConfig
 from autotune.search_space._hyper import HyperparameterSpace
+from autotune.search_space._split import SPLIT_KNOBS, SPLIT_PARAM, BatchSplit, admits, choose_split, feasible_splits
 from autotune.spec import (
     BASE_LR,
     Choices,
@@ -40,6 +41,10 @@ class SearchSpace:
 
     Every knob has a spec here: the study file's, or its default as a :class:`Fixed`. ``notes`` says
     what was adjusted (CUDA-only values dropped on a CPU run with ``device: auto``).
+
+    ``global_batch`` holds the study's ``constraints.global_batch`` (empty: not held) and ``splits`` its feasible
+    splits (:func:`~autotune.search_space._split.feasible_splits`): batch_size, grad_accum and world_size are
+    then one Optuna param, ``batch_split``, and lr_scaling is ``none`` (the learning rate is base_lr in every trial).
     """
 
     knobs: dict[str, KnobSpec]
@@ -49,13 +54,17 @@ class SearchSpace:
     notes: list[str] = field(default_factory=list)
     env: dict[str, KnobSpec] = field(default_factory=dict)  # the study's env: section (Fixed or Choices)
     hyper: HyperparameterSpace = field(default_factory=HyperparameterSpace)  # the hyperparameters: section
+    global_batch: tuple[int, ...] = ()
+    splits: tuple[BatchSplit, ...] = ()
 
     @classmethod
     def build(
         cls, spec: SearchSpaceSpec, *, base_lr: float, base_batch_size: int, device: str = "cpu",
         env: Mapping[str, KnobSpec] | None = None,
-        hyper: HyperparameterSpace | None = None,
+        hyper: HyperparameterSpace | None = None, global_batch: tuple[int, ...] = (),
     ) -> SearchSpace:
+        """The space of a study's knobs; with a held ``global_batch``, its feasible splits (NoFeasibleSplit, a
+        ValueError, when a held value has none) and lr_scaling fixed to none."""
         notes: list[str] = []
         knobs: dict[str, KnobSpec] = {}
         for name, knob in KNOBS.items():
@@ -68,13 +77,26 @@ class SearchSpace:
             knobs[name] = value
         if device != "cuda":
             notes += _thread_count_notes(knobs)
+        splits = feasible_splits(global_batch, knobs) if global_batch else ()
+        if global_batch:
+            if spec.lr_scaling is not None and spec.lr_scaling != Fixed(value="none"):
+                notes.append("lr_scaling: not applied: the global batch is held (constraints.global_batch), so the "
+                             "learning rate is base_lr in every trial")
+            knobs["lr_scaling"] = Fixed(value="none")
         return cls(knobs=knobs, base_lr=base_lr, base_batch_size=base_batch_size, device=device, notes=notes,
-                   env=dict(env or {}), hyper=hyper or HyperparameterSpace())
+                   env=dict(env or {}), hyper=hyper or HyperparameterSpace(), global_batch=tuple(global_batch),
+                   splits=splits)
 
     # -- which knobs are searched ---------------------------------------------------------------------
     def searched(self) -> list[str]:
-        """Knobs with more than one possible value."""
-        return [n for n, s in self.knobs.items() if not single_value(s)]
+        """Knobs with more than one possible value, each its own Optuna param (under a held global batch
+        batch_size, grad_accum and world_size are not: their split is, :meth:`split_searched`)."""
+        held = SPLIT_KNOBS if self.global_batch else ()
+        return [n for n, s in self.knobs.items() if not single_value(s) and n not in held]
+
+    def split_searched(self) -> bool:
+        """Whether the split of a held global batch is searched (``batch_split``: more than one feasible split)."""
+        return len(self.splits) > 1
 
     def searched_env(self) -> list[str]:
         """Variables of the ``env:`` section with more than one value (Optuna params ``env.NAME``)."""
@@ -93,6 +115,8 @@ class SearchSpace:
                 out[name] = IntDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
             elif isinstance(spec, Choices):
                 out[name] = CategoricalDistribution(list(spec.choices))
+        if self.split_searched():
+            out[SPLIT_PARAM] = CategoricalDistribution([s.label for s in self.splits])
         for name in self.searched_env():
             env_spec = self.env[name]
             assert isinstance(env_spec, Choices)
@@ -109,8 +133,14 @@ class SearchSpace:
         above it: DDP's no_sync() fails under a static graph). Searched ``env:`` variables are ``env.NAME``.
         """
         values: dict[str, Any] = {}
+        if self.global_batch:  # the split first: static_graph depends on grad_accum
+            labels = [s.label for s in self.splits]
+            label = trial.suggest_categorical(SPLIT_PARAM, labels) if len(labels) > 1 else labels[0]
+            values.update(BatchSplit.parse(str(label))._asdict())
         for name in _ORDER:
             spec = self.knobs[name]
+            if name in values:  # the split's knobs
+                continue
             if name == "prefetch_factor" and values["num_workers"] == 0:
                 values[name] = None
                 continue
@@ -155,6 +185,8 @@ class SearchSpace:
             else:
                 default = self.base_batch_size if name == "batch_size" else KNOBS[name].default
                 full[name] = default
+        if self.global_batch:  # the knobs not given complete a feasible split (the first that agrees); one lr
+            full.update(choose_split(self.splits, values)._asdict(), lr_scaling="none")
         return TrialConfig.create(
             base_lr=hyperparameters.get(BASE_LR, self.base_lr), base_batch_size=self.base_batch_size,
             device=self.device, hyperparameters=hyperparameters, **full  # type: ignore[arg-type]
@@ -169,7 +201,7 @@ class SearchSpace:
         bucket 25 MB, base batch, one rank — whatever the search space says — then ``overrides``."""
         values: dict[str, Any] = {
             name: (self.base_batch_size if name == "batch_size" else knob.default)
-            for name, knob in KNOBS.items()
+            for name, knob in KNOBS.items() if not (self.global_batch and name in SPLIT_KNOBS)
         }
         values.update(overrides or {})
         return self.config(values)
@@ -184,6 +216,8 @@ class SearchSpace:
             if name == "static_graph" and config.grad_accum > 1:  # not suggested there (see suggest)
                 continue
             params[name] = value
+        if self.split_searched():
+            params[SPLIT_PARAM] = BatchSplit(config.batch_size, config.grad_accum, config.world_size).label
         for name in self.searched_env():
             if name in config.env:
                 params[ENV_PARAM_PREFIX + name] = config.env[name]
@@ -193,6 +227,8 @@ class SearchSpace:
     def contains(self, config: TrialConfig) -> bool:
         """Whether every knob of ``config`` lies in this space (and prefetch follows num_workers, static_graph is
         false above grad_accum 1)."""
+        if self.global_batch and BatchSplit(config.batch_size, config.grad_accum, config.world_size) not in self.splits:
+            return False
         for name, spec in self.knobs.items():
             value = getattr(config, name)
             if name == "prefetch_factor" and config.num_workers == 0:
@@ -207,10 +243,10 @@ class SearchSpace:
                 if value:
                     return False
                 continue
-            if not _admits(spec, value):
+            if not admits(spec, value):
                 return False
         for name, env_spec in self.env.items():
-            if name not in config.env or not _admits(env_spec, config.env[name]):
+            if name not in config.env or not admits(env_spec, config.env[name]):
                 return False
         return set(config.env) <= set(self.env) and self.hyper.contains(config.hyperparameters)
 
@@ -244,21 +280,13 @@ class SearchSpace:
         return values
 
 
-def _admits(spec: KnobSpec, value: Any) -> bool:
-    if isinstance(spec, Fixed):
-        return bool(value == spec.value and type(value) is type(spec.value))
-    if isinstance(spec, Choices):
-        return any(value == c and type(value) is type(c) for c in spec.choices)
-    return isinstance(value, int) and spec.low <= value <= spec.high and (value - spec.low) % spec.step == 0
-
-
 def _thread_count_notes(knobs: Mapping[str, KnobSpec]) -> list[str]:
     """A CPU study that searches threads_per_rank as numbers only, beside a searched world_size or
     num_workers: a number is the same at every rank and worker count, so the search meets configurations
     with more busy threads than cores, and learns from them that more ranks or workers are slow (in
     benchmarks/calibration_gain.py every grid's best ran ``auto``, and studies that searched 1-2 lost)."""
     threads = knobs["threads_per_rank"]
-    if single_value(threads) or _admits(threads, "auto"):
+    if single_value(threads) or admits(threads, "auto"):
         return []
     beside = [n for n in ("world_size", "num_workers") if not single_value(knobs[n])]
     if not beside:

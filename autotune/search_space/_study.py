@@ -3,19 +3,32 @@ taken from the workload it builds (build()'s and the optimizer's defaults, the w
 
 from __future__ import annotations
 
+from autotune.errors import StudyFileError
 from autotune.search_space._hyper import HyperparameterSpace
 from autotune.search_space._space import SearchSpace
-from autotune.spec import StudySpec
+from autotune.search_space._split import NoFeasibleSplit
+from autotune.spec import StudySpec, held_global_batches
 from autotune.workload import keyword_defaults, study_workload, workload_function
 
 
 def study_space(spec: StudySpec) -> SearchSpace:
-    """The :class:`SearchSpace` of a study on its resolved device (``launcher.device: auto`` decided here)."""
+    """The :class:`SearchSpace` of a study on its resolved device (``launcher.device: auto`` decided here); a held
+    global batch without a feasible split, or a ``baseline:`` split outside it, is a one-line StudyFileError."""
     workload = study_workload(spec)
-    return SearchSpace.build(
-        spec.search_space, base_lr=workload.base_lr, base_batch_size=workload.base_batch_size,
-        device=spec.resolved_device(), env=spec.env, hyper=hyperparameter_space(spec),
-    )
+    try:
+        space = SearchSpace.build(
+            spec.search_space, base_lr=workload.base_lr, base_batch_size=workload.base_batch_size,
+            device=spec.resolved_device(), env=spec.env, hyper=hyperparameter_space(spec),
+            global_batch=held_global_batches(spec.constraints.global_batch),
+        )
+    except NoFeasibleSplit as e:
+        raise StudyFileError(f"{spec.source}: constraints.global_batch: {e}") from None
+    if space.global_batch:  # the baseline's split: the first feasible one agreeing with the baseline: section
+        try:
+            space.default_config(spec.baseline)
+        except ValueError as e:
+            raise StudyFileError(f"{spec.source}: baseline: {e}") from None
+    return space
 
 
 def hyperparameter_space(spec: StudySpec) -> HyperparameterSpace:

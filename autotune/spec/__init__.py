@@ -7,6 +7,7 @@ This room reads the file only; loading the workload it names is :mod:`autotune.w
 """
 
 from autotune.spec._env import RESERVED_ENV, EnvSpec, parse_env
+from autotune.spec._global_batch import held_global_batches, stored_global_batches
 from autotune.spec._hyperparameters import (
     BASE_LR,
     OPTIMIZER_PREFIX,
@@ -63,6 +64,7 @@ __all__ = [
     "apply_overrides",
     "baseline_values",
     "format_validation_error",
+    "held_global_batches",
     "only_value",
     "parse_env",
     "parse_hyperparameter",
@@ -73,5 +75,6 @@ __all__ = [
     "redact_url",
     "single_value",
     "split_hyperparameters",
+    "stored_global_batches",
     "unknown_knob_message",
 ]

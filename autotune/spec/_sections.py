@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from autotune.spec._global_batch import GlobalBatchField
 from autotune.spec._knobs import STRICT
 
 Metric = Literal["throughput", "peak_memory_mb", "loss", "eval_loss", "time_to_loss"]
@@ -201,6 +202,12 @@ class ConstraintsSpec(BaseModel):
     predict_memory: bool = Field(
         True, description="with max_memory_mb: a search trial predicted over it by more than the prediction's "
         "own error is told infeasible without being launched; false launches every trial and lets it measure",
+    )
+    global_batch: GlobalBatchField = Field(
+        None,
+        description="hold the global batch: only splits batch_size x grad_accum x world_size equal to it (an "
+        "integer, or {choices: [...]}) are proposed, and the learning rate is base_lr in every trial (lr_scaling "
+        "is not applied)",
     )
 
 

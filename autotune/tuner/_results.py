@@ -14,7 +14,7 @@ import optuna
 from autotune.objectives import Choice, Group, choose
 from autotune.objectives import measured_groups as _measured_groups
 from autotune.search_space import TrialConfig
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, held_global_batches, stored_global_batches
 from autotune.tuner._roles import FINISHED
 
 
@@ -38,6 +38,7 @@ class TuneSummary:
     speedup_half_width: float | None = None  # relative: the speed-up is speedup x (1 ± this)
     left_out: tuple[int, ...] = ()  # the baseline's far-off first trial, re-measured rather than averaged in
     advice: str | None = None  # Choice.advice: a race left its two leaders tied; what more rounds would take
+    global_batch_held: tuple[int, ...] = ()  # constraints.global_batch: every trial ran one of these global batches
 
     @property
     def metric(self) -> str:
@@ -86,4 +87,13 @@ def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
         speedup_half_width=choice.speedup_half_width,
         left_out=choice.left_out,
         advice=choice.advice,
+        global_batch_held=_held(study, spec),
     )
+
+
+def _held(study: optuna.Study, spec: StudySpec) -> tuple[int, ...]:
+    """The global batches the study held: as its stored study file says (what it ran with, whatever the file says
+    now), else as ``spec`` says."""
+    stored = study.user_attrs.get("autotune")
+    held = stored_global_batches(stored.get("spec") if isinstance(stored, dict) else None)
+    return held if held is not None else held_global_batches(spec.constraints.global_batch)

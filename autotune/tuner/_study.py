@@ -16,7 +16,7 @@ from autotune.errors import UsageError
 from autotune.pruners import make_pruner
 from autotune.samplers import make_sampler
 from autotune.search_space import SearchSpace
-from autotune.spec import StudySpec, redact_url
+from autotune.spec import StudySpec, held_global_batches, redact_url, stored_global_batches
 from autotune.tuner._storage import SCHEMA_LOCK, make_storage, missing_sqlite_file, quiet, study_lock
 from autotune.version import __version__
 from autotune.workload_check import cpu_model, study_fingerprint
@@ -92,7 +92,24 @@ def _open_study(
             f"{spec.source}: objectives: the stored study {spec.name!r} was created with directions {stored}, "
             f"the file now asks for {directions}; rename the study or restore its objectives"
         )
+    if create:  # a study resumed to run more trials; reading one needs no check
+        _check_global_batch(spec, study)
     return study
+
+
+def _check_global_batch(spec: StudySpec, study: optuna.Study) -> None:
+    """A stored study resumed with another held global batch would mix trials of two trainings: refused."""
+    stored = study.user_attrs.get("autotune")
+    before = stored_global_batches(stored.get("spec") if isinstance(stored, dict) else None)
+    now = held_global_batches(spec.constraints.global_batch)
+    if before is not None and before != now:
+        def show(held: tuple[int, ...]) -> str:
+            return ", ".join(map(str, held)) if held else "none"
+
+        raise UsageError(
+            f"{spec.source}: constraints.global_batch: the stored study {spec.name!r} held global batch "
+            f"{show(before)}, the file now holds {show(now)}; rename the study or restore its global_batch"
+        )
 
 
 def read_study(spec: StudySpec, storage_url: str | None = None) -> optuna.Study:

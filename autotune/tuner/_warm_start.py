@@ -1,14 +1,15 @@
 """Warm start: a new study first runs the best configurations of the closest earlier study in its storage.
 
 When a study is created (its baseline queued), the other studies in the same storage are read by their
-fingerprints (:func:`autotune.workload_check.study_fingerprint`, the ``autotune_fingerprint`` attribute).
-One trains another model or runs on another kind of device: its configurations are not used, and the line
-says so. The others are ranked: the same fingerprint first, then the fewest differences, then the most
-recent. From the first that is finished (no trial running) and measured something, the top few
-configurations (3, fewer when the study file's budget leaves fewer trials after the baseline;
-:func:`autotune.objectives.choose`'s choice first, then its measured configurations by median that beat its
-own baseline) are projected onto this study's space and queued right after the baseline, as search
-trials: they count toward the budget and are scored and pruned like any other.
+fingerprints (:func:`autotune.workload_check.study_fingerprint`, the ``autotune_fingerprint`` attribute). One
+trains another model, runs on another kind of device or holds another global batch
+(``constraints.global_batch``, or none): its configurations are not used, and the line says so. The others are
+ranked: the same fingerprint first, then the fewest differences, then the most recent. From the first that is
+finished (no trial running) and measured something, the top few configurations (3, fewer when the study file's
+budget leaves fewer trials after the baseline; :func:`autotune.objectives.choose`'s choice first, then its
+measured configurations by median that beat its own baseline) are projected onto this study's space and queued
+right after the baseline, as search trials: they count toward the budget and are scored and pruned like any
+other.
 
 Projection: a searched knob takes the earlier value when this space holds it; a number outside the range
 is clipped into it, a choice this space lacks is dropped (this study's baseline value instead); knobs this
@@ -127,8 +128,8 @@ def plan(study: optuna.Study, spec: StudySpec, space: SearchSpace, baseline: Tri
     if refused:
         name, comparison = refused[0]
         others = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
-        return WarmStart(True, f"warm start: none; study {name!r}{others} trains another model or runs on "
-                               f"another device: {'; '.join(comparison.blocking)}")
+        return WarmStart(True, f"warm start: none; study {name!r}{others} trains another model, runs on another "
+                               f"device or holds another global batch: {'; '.join(comparison.blocking)}")
     return WarmStart(enabled=True)
 
 

@@ -8,7 +8,7 @@ differs when the context is only close. Three parts:
   far as torch can tell (peer-to-peer access between the GPUs; the nodes of a trial);
 - ``software``: torch, CUDA and NCCL versions, Python;
 - ``workload``: the entrypoint and its arguments, the parameter count and dtype mix of the built model,
-  and one batch's shapes.
+  one batch's shapes, and the global batch the study holds (``constraints.global_batch``; None: not held).
 
 The model is built on the ``meta`` device from the study's one :class:`~autotune.Workload` (no memory, no
 weights; on the CPU when the model cannot be built on meta), so a fingerprint costs one construction of the
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import WorkloadError
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, held_global_batches
 from autotune.workload import study_workload
 from autotune.workload_check._build import _call_factory, _collate, _dataset_len
 
@@ -33,8 +33,11 @@ __all__ = ["Comparison", "compare_fingerprints", "cpu_model", "describe_batch", 
            "software_facts", "study_fingerprint", "workload_facts"]
 
 # What must be equal for an earlier study's configurations to be used at all: the same model, on the same
-# kind of device. Everything else may differ and is named.
-BLOCKING = (("workload", "entrypoint"), ("workload", "parameters"), ("hardware", "device"))
+# kind of device, holding the same global batch (or none: another global batch trains another way, and its
+# splits are not this study's). Everything else may differ and is named.
+BLOCKING = (
+    ("workload", "entrypoint"), ("workload", "parameters"), ("hardware", "device"), ("workload", "global_batch"),
+)
 CLOSE = (
     ("hardware", "cpu_model"), ("hardware", "cpus"), ("hardware", "gpu_model"), ("hardware", "gpu_count"),
     ("hardware", "gpu_memory_gb"), ("hardware", "interconnect"), ("hardware", "nodes"),
@@ -113,6 +116,7 @@ def workload_facts(spec: StudySpec) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "entrypoint": spec.workload.entrypoint, "args": dict(spec.workload.args),
         "parameters": None, "dtypes": None, "batch": None,
+        "global_batch": list(held_global_batches(spec.constraints.global_batch)) or None,
     }
     workload = study_workload(spec)  # the study's one build of its entrypoint
     where = f"{spec.source}: workload"
@@ -175,8 +179,9 @@ def describe_fingerprint(fingerprint: dict[str, Any]) -> list[str]:
     )
     args = f" {_show(wl.get('args'))}" if wl.get("args") else ""
     dtypes = f" ({_show(wl.get('dtypes'))})" if wl.get("dtypes") else ""
+    held = f", global batch held at {_show_global_batch(wl['global_batch'])}" if wl.get("global_batch") else ""
     model = (f"model: {wl.get('entrypoint')}{args}, {_show(wl.get('parameters'))} parameters{dtypes}, "
-             f"batch {wl.get('batch') or 'unknown'}")
+             f"batch {wl.get('batch') or 'unknown'}{held}")
     return [machine, f"software: {software}", model]
 
 
@@ -207,10 +212,18 @@ def compare_fingerprints(mine: dict[str, Any], theirs: dict[str, Any]) -> Compar
             here = (mine.get(part) or {}).get(key)
             there = (theirs.get(part) or {}).get(key)
             if here != there:
-                out.append(f"{key} {_show(there)} (here {_show(here)})")
+                show = _show_global_batch if key == "global_batch" else _show
+                out.append(f"{key} {show(there)} (here {show(here)})")
         return tuple(out)
 
     return Comparison(differences(BLOCKING), differences(CLOSE))
+
+
+def _show_global_batch(value: Any) -> str:
+    """A fingerprint's held global batch: ``256``, ``{256, 512}``, or ``not held``."""
+    if not value:
+        return "not held"
+    return str(value[0]) if len(value) == 1 else "{" + ", ".join(map(str, value)) + "}"
 
 
 def _show(value: Any) -> str:

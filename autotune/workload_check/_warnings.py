@@ -22,9 +22,10 @@ def _values(spec: KnobSpec) -> tuple[Any, ...]:
 
 def knobs_not_decided(spec: StudySpec) -> list[str]:
     """Searched knobs whose only effect the study's objectives cannot see (so no trial can decide them):
-    ``lr_scaling`` when every objective is throughput or peak memory."""
-    if not all(o.key in LR_BLIND_METRICS for o in spec.objectives):
-        return []
+    ``lr_scaling`` when every objective is throughput or peak memory (and the global batch is not held, which fixes
+    it to none)."""
+    if not all(o.key in LR_BLIND_METRICS for o in spec.objectives) or spec.constraints.global_batch is not None:
+        return []  # a held global batch fixes lr_scaling to none
     knob = spec.search_space.knobs().get("lr_scaling")
     return ["lr_scaling"] if knob is not None and len(set(_values(knob))) > 1 else []
 
@@ -52,7 +53,10 @@ def study_warnings(spec: StudySpec, device: str) -> list[str]:
         )
     knobs = spec.search_space.knobs()
     accum = knobs.get("grad_accum")
-    if accum is not None and len(set(_values(accum))) > 1 and all(o.key in LR_BLIND_METRICS for o in spec.objectives):
+    held = spec.constraints.global_batch is not None  # grad_accum then changes the split, not the global batch
+    if accum is not None and len(set(_values(accum))) > 1 and not held and all(
+        o.key in LR_BLIND_METRICS for o in spec.objectives
+    ):
         out.append(
             f"search_space.grad_accum: the objectives ({metrics}) see its speed only, not what the larger global "
             "batch does to convergence; add a loss objective if that matters"

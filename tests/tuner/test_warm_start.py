@@ -132,7 +132,9 @@ def test_a_different_model_is_not_used(earlier: tuple[StudyDir, optuna.Study]) -
     b, lines = replay(spec_of(sd, "b", "workload.args.width=64"), 4)  # another parameter count
     assert warm_trials(b) == []
     (line,) = lines
-    assert line.startswith("warm start: none; study 'a' trains another model or runs on another device: ")
+    assert line.startswith(
+        "warm start: none; study 'a' trains another model, runs on another device or holds another global batch: "
+    )
     assert "parameters 2,433 (here 8,961)" in line
 
 
