@@ -116,17 +116,21 @@ def _is_hf(dataset: Any) -> bool:
     return type(dataset).__module__.split(".")[0] == "datasets"  # a Hugging Face datasets.IterableDataset
 
 
-def train_data(
-    dataset: Any, config: TrialConfig, rank: int, world_size: int, seed: int, collate_fn: Any
-) -> TrainData:
+def train_data(dataset: Any, config: TrialConfig, rank: int, world_size: int, seed: int, collate_fn: Any) -> TrainData:
     """The DataLoader of one rank with the trial's data knobs (batch size, workers, prefetch, pin memory)."""
     from torch.utils.data import DataLoader, DistributedSampler
 
     kwargs: dict[str, Any] = {}
     if config.num_workers > 0:
         kwargs.update(prefetch_factor=config.prefetch_factor, persistent_workers=True)
-    common = dict(batch_size=config.batch_size, num_workers=config.num_workers, pin_memory=config.pin_memory,
-                  drop_last=True, collate_fn=collate_fn, **kwargs)
+    common = dict(
+        batch_size=config.batch_size,
+        num_workers=config.num_workers,
+        pin_memory=config.pin_memory,
+        drop_last=True,
+        collate_fn=collate_fn,
+        **kwargs,
+    )
     if is_stream(dataset):
         readers, how = _reader_dataset(dataset, rank, world_size)
         workers = max(1, config.num_workers)
@@ -151,8 +155,9 @@ def train_data(
     )
     loader = DataLoader(dataset, sampler=sampler, **common)
     applied = {"sampler": type(sampler).__name__}
-    return TrainData(loader, {**_applied(loader, config), **applied}, "the DataLoader produced no batch",
-                     sampler.set_epoch)
+    return TrainData(
+        loader, {**_applied(loader, config), **applied}, "the DataLoader produced no batch", sampler.set_epoch
+    )
 
 
 def _applied(loader: Any, config: TrialConfig) -> dict[str, Any]:

@@ -4,8 +4,9 @@ In this process, on the CPU, without ranks: the model and the dataset are built 
 stream's first two) are collated as the DataLoader would, and ``loss(model, batch)`` is called and
 back-propagated. Each mistake a new user makes in a workload file (a factory that is an instance, a loss
 that returns a ModelOutput or a tuple, a checkpoint type the model does not contain, samples that cannot be
-stacked) is refused with one line naming the fix, instead of crashing every trial of a study. Also the warnings that validate prints:
-knobs the objectives cannot see, and bf16 on a CPU without native bf16 (in ``_warnings``).
+stacked) is refused with one line naming the fix, instead of crashing every trial of a study. Also the
+warnings that validate prints: knobs the objectives cannot see, and bf16 on a CPU without native bf16 (in
+``_warnings``).
 """
 
 from __future__ import annotations

@@ -75,6 +75,10 @@ def build(record_dir: str, kind: str = "plain", n: int = 64) -> autotune.Workloa
         cls = ShardedNumbers if kind == "sharded" else Numbers
         dataset = lambda: cls(n)  # noqa: E731
     return autotune.Workload(
-        model=lambda: nn.Linear(1, 1), dataset=dataset, loss=_recorder(folder), base_lr=1e-3, base_batch_size=4,
+        model=lambda: nn.Linear(1, 1),
+        dataset=dataset,
+        loss=_recorder(folder),
+        base_lr=1e-3,
+        base_batch_size=4,
         eval_dataset=dataset,
     )

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
-from autotune.trial_runner import TrialPlan, TrialResult, WarmLauncher, run_trial
+from autotune.trial_runner import Launcher, LocalLauncher, TrialPlan, TrialResult, WarmLauncher, run_trial
 from autotune.trial_runner._data import StreamShare
 from autotune.workload import is_stream
 from tests.trial_runner.stream_workload import Numbers, ShardedNumbers
@@ -24,30 +24,49 @@ HERE = Path(__file__).parent
 N = 64  # numbers in the stream: 2 ranks x 2 workers x 4 batches of 4, so that a pass leaves nothing over
 
 
-def _run(folder: Path, launcher: WarmLauncher, kind: str, *, world_size: int = 2, num_workers: int = 2,
-         n: int = N, max_steps: int = 16, samples: int | None = None, evaluate: bool = False) -> TrialResult:
-    config = TrialConfig.create(base_lr=1e-3, base_batch_size=4, batch_size=4, world_size=world_size,
-                                num_workers=num_workers)
+def _run(
+    folder: Path,
+    launcher: Launcher,
+    kind: str,
+    *,
+    world_size: int = 2,
+    num_workers: int = 2,
+    n: int = N,
+    max_steps: int = 16,
+    samples: int | None = None,
+    evaluate: bool = False,
+) -> TrialResult:
+    config = TrialConfig.create(
+        base_lr=1e-3, base_batch_size=4, batch_size=4, world_size=world_size, num_workers=num_workers
+    )
     plan = TrialPlan(
-        config=config, entrypoint="stream_workload.py:build", args={"record_dir": str(folder), "kind": kind, "n": n},
-        base_dir=str(HERE), evaluate=evaluate,
-        limits=TrialLimits(warmup="fixed", warmup_steps=2, max_steps=max_steps, samples=samples, max_seconds=90,
-                           hang_seconds=30),
+        config=config,
+        entrypoint="stream_workload.py:build",
+        args={"record_dir": str(folder), "kind": kind, "n": n},
+        base_dir=str(HERE),
+        evaluate=evaluate,
+        limits=TrialLimits(
+            warmup="fixed", warmup_steps=2, max_steps=max_steps, samples=samples, max_seconds=90, hang_seconds=30
+        ),
     )
     return run_trial(plan, folder / "trial", launcher)
 
 
 def _seen(folder: Path, world_size: int) -> list[list[list[int]]]:
     """Per rank, the numbers of each batch it trained on, in order."""
-    return [[json.loads(line) for line in (folder / "seen" / f"rank{r}.jsonl").read_text().splitlines()]
-            for r in range(world_size)]
+    return [
+        [json.loads(line) for line in (folder / "seen" / f"rank{r}.jsonl").read_text().splitlines()]
+        for r in range(world_size)
+    ]
 
 
 def _passes(seen: list[list[list[int]]], per_pass: int) -> list[list[int]]:
     """The numbers all ranks trained on in each pass (``per_pass`` batches of each rank), sorted."""
     steps = len(seen[0])
-    return [sorted(v for rank in seen for batch in rank[start:start + per_pass] for v in batch)
-            for start in range(0, steps, per_pass)]
+    return [
+        sorted(v for rank in seen for batch in rank[start : start + per_pass] for v in batch)
+        for start in range(0, steps, per_pass)
+    ]
 
 
 def _write_parquet(folder: Path, files: int) -> None:
@@ -61,11 +80,11 @@ def _write_parquet(folder: Path, files: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["plain", "sharded"])
+@pytest.mark.parametrize(("kind", "launcher"), [("plain", "warm"), ("sharded", "warm"), ("plain", "torchrun")])
 def test_two_ranks_two_workers_see_each_number_once_per_pass(
-    tmp_path: Path, warm_launcher: WarmLauncher, kind: str
+    tmp_path: Path, warm_launcher: WarmLauncher, kind: str, launcher: str
 ) -> None:
-    result = _run(tmp_path, warm_launcher, kind, evaluate=True)
+    result = _run(tmp_path, warm_launcher if launcher == "warm" else LocalLauncher(), kind, evaluate=True)
     assert result.outcome.value == "complete", result.reason
     seen = _seen(tmp_path, 2)
     assert [len(rank) for rank in seen] == [16, 16]  # max_steps: 16 steps, each rank one batch a step
@@ -75,8 +94,9 @@ def test_two_ranks_two_workers_see_each_number_once_per_pass(
     assert result.eval_loss == pytest.approx((N - 1) / 2)
     applied = json.loads((tmp_path / "trial" / "applied.json").read_text())["dataloader"]
     assert applied["num_workers"] == 2 and applied["sampler"] is None
-    assert applied["split"] == ("StreamShare: shard(num_shards, index)" if kind == "sharded"
-                                else "StreamShare: every P-th item")
+    assert applied["split"] == (
+        "StreamShare: shard(num_shards, index)" if kind == "sharded" else "StreamShare: every P-th item"
+    )
 
 
 @pytest.mark.slow
@@ -150,15 +170,33 @@ def test_a_study_trains_on_a_hugging_face_stream(tmp_path: Path) -> None:
         "trial: {warmup: fixed, warmup_steps: 2, max_steps: 8, max_seconds: 60}\n"
         "budget: {n_trials: 3}\nconfirm: {top_k: 0}\n"
     )
-    validate = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", "study.yaml"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    validate = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "validate", "study.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "a stream" in " ".join(validate.stdout.split())
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "run", "study.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    best = subprocess.run([sys.executable, "-m", "autotune.cli", "best", "study.yaml", "--format", "json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    best = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "best", "study.yaml", "--format", "json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert best.returncode == 0, best.stderr
     assert json.loads(best.stdout)["config"]["num_workers"] in (0, 2)
     import optuna
