@@ -239,7 +239,8 @@ def test_native_bf16_reads_the_cpu_flags(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["quickstart.yaml", "hyperparameters.yaml", "hf_gpt2.yaml", "postgres.yaml", "images.yaml", "text_shards.yaml"]
+    "name",
+    ["quickstart.yaml", "hyperparameters.yaml", "hf_gpt2.yaml", "postgres.yaml", "images.yaml", "text_shards.yaml"],
 )
 def test_the_shipped_studies_ask_for_nothing_validate_warns_about(
     name: str, monkeypatch: pytest.MonkeyPatch

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from autotune import WorkloadError
 from autotune.trial_runner._data import StreamShare
 from autotune.workload import Workload, is_stream, load_workload
-from autotune.workloads._common import cache_folder
+from autotune.workloads._common import cache_folder, write_once
 
 IMAGES = {"width": 8, "depth": 2, "crop_size": 16, "file_size": 32, "samples": 40, "num_classes": 3, "seed": 3}
 SHARDS = {"d_model": 32, "n_layers": 2, "n_heads": 2, "seq_len": 32, "max_bytes": 40_000, "shard_tokens": 4096}
@@ -136,3 +136,19 @@ def test_text_shards_train(tmp_path: Path) -> None:
 def test_text_shards_need_two_shards(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="at least two are needed"):
         shards(tmp_path, shard_tokens=50_000).dataset()
+
+
+def test_files_written_at_once_by_two_builders_end_as_one_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+
+    def write(tmp: Path, text: str) -> None:
+        (tmp / "f").write_text(text)
+
+    def losing(tmp: Path) -> None:  # another builder finishes first, while this one writes
+        write(tmp, "mine")
+        write_once(folder, lambda t: write(t, "theirs"))
+
+    assert write_once(folder, losing) == folder
+    assert (folder / "f").read_text() == "theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]  # the loser's temporary folder is gone
+    assert write_once(folder, lambda t: write(t, "again")) == folder and (folder / "f").read_text() == "theirs"
