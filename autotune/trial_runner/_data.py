@@ -12,7 +12,8 @@ Face ``datasets.IterableDataset``) is read once per pass across the ranks and th
   which therefore must be the same in every process (seed any shuffle; ``set_epoch(epoch)`` is called
   first when the stream has it). Each reader then iterates the whole stream and skips the others' items;
   a stream that can skip cheaply (its files, its rows) defines ``shard(num_shards, index)`` returning the
-  iterable of share ``index`` of ``num_shards``, and autotune calls that instead.
+  iterable of share ``index`` of ``num_shards``, and autotune calls that instead. (A stream that splits
+  itself by worker or rank in ``__iter__`` would be split twice: that split belongs in ``shard()``.)
 
 A reader's samples are batched by its own DataLoader worker, so up to batch_size - 1 of each worker's share
 are left over at the end of a pass (drop_last: every batch holds batch_size samples). No ``len()`` is
