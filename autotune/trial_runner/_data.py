@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import IterableDataset
@@ -83,7 +83,7 @@ class TrainData:
     applied: dict[str, Any]
     too_short: str  # the DatasetTooSmall message when a pass gives no batch
     set_epoch: Callable[[int], None] | None = None
-    epoch: int = field(default=0)
+    epoch: int = 0
 
     def batches(self) -> Iterator[Any]:
         """Endless batches; each pass over the data is a new epoch."""
@@ -141,7 +141,9 @@ def train_data(dataset: Any, config: TrialConfig, rank: int, world_size: int, se
             f"{world_size} rank(s) x {workers} DataLoader worker(s), each batching its own share); use a smaller "
             "batch_size or fewer num_workers, or a longer stream"
         )
-        set_epoch = dataset.set_epoch if _is_hf(dataset) and hasattr(dataset, "set_epoch") else None
+        # A Hugging Face stream's epoch (its shuffle's seed) is shared with its persistent workers; a plain
+        # stream's is counted by StreamShare where it is iterated.
+        set_epoch = readers.set_epoch if _is_hf(readers) and hasattr(readers, "set_epoch") else None
         applied = {"sampler": None, "split": how}
         return TrainData(loader, {**_applied(loader, config), **applied}, too_short, set_epoch)
     size = len(dataset)

@@ -209,3 +209,20 @@ def test_a_study_trains_on_a_hugging_face_stream(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="hf-stream", storage=f"sqlite:///{tmp_path / 'hf-stream.db'}")
     outcomes = [t.user_attrs["outcome"] for t in study.trials]
     assert len(outcomes) == 3 and set(outcomes) <= {"complete", "pruned"}, outcomes  # each one trained
+
+
+@pytest.mark.slow  # importing datasets takes seconds
+def test_each_pass_of_a_shuffled_hugging_face_stream_is_a_new_epoch(tmp_path: Path) -> None:
+    from datasets import load_dataset
+
+    from autotune.trial_runner._data import train_data
+
+    _write_parquet(tmp_path, files=4)
+    files = [str(p) for p in sorted((tmp_path / "parquet").iterdir())]
+    stream = load_dataset("parquet", data_files=files, split="train", streaming=True).shuffle(seed=1, buffer_size=16)
+    config = TrialConfig.create(base_lr=1e-3, base_batch_size=4, batch_size=4)
+    data = train_data(stream, config, rank=1, world_size=2, seed=0, collate_fn=None)
+    batches = data.batches()
+    passes = [[int(v) for _ in range(8) for v in next(batches)["x"]] for _ in range(2)]  # 32 of 64 a pass
+    assert sorted(passes[0]) == sorted(passes[1])  # this rank's share: the same numbers
+    assert passes[0] != passes[1]  # in another order: the split stream's epoch moved
