@@ -152,3 +152,30 @@ def test_files_written_at_once_by_two_builders_end_as_one_folder(tmp_path: Path)
     assert (folder / "f").read_text() == "theirs"
     assert [p.name for p in tmp_path.iterdir()] == ["data"]  # the loser's temporary folder is gone
     assert write_once(folder, lambda t: write(t, "again")) == folder and (folder / "f").read_text() == "theirs"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["images", "text_shards"])
+def test_a_real_trial_of_two_ranks_with_workers_trains_on_the_files(tmp_path: Path, name: str) -> None:
+    from autotune.search_space import TrialConfig
+    from autotune.spec import TrialLimits
+    from autotune.trial_runner import LocalLauncher, TrialPlan, run_trial
+
+    args = {**(IMAGES if name == "images" else SHARDS), "cache_dir": str(tmp_path / "cache")}
+    built = load_workload(f"autotune.workloads.{name}:build", args)
+    built.dataset()  # the files, written once before the ranks read them
+    config = TrialConfig.create(
+        base_lr=built.base_lr, base_batch_size=built.base_batch_size, batch_size=4, world_size=2, num_workers=1
+    )
+    plan = TrialPlan(
+        config=config,
+        entrypoint=f"autotune.workloads.{name}:build",
+        args=args,
+        base_dir=str(tmp_path),
+        limits=TrialLimits(warmup="fixed", warmup_steps=2, max_steps=8, max_seconds=90, hang_seconds=30),
+    )
+    result = run_trial(plan, tmp_path / "trial", LocalLauncher())
+    assert result.outcome.value == "complete", result.reason
+    assert result.throughput_samples_s and result.throughput_samples_s > 0
+    applied = json.loads((tmp_path / "trial" / "applied.json").read_text())["dataloader"]
+    assert applied["sampler"] == ("DistributedSampler" if name == "images" else None)
