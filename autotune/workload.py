@@ -19,7 +19,7 @@ from autotune.spec import BASE_LR, baseline_values, split_hyperparameters
 if TYPE_CHECKING:
     from autotune.spec import StudySpec
 
-__all__ = ["Workload", "default_optimizer", "load_workload", "study_workload"]
+__all__ = ["Workload", "default_optimizer", "is_stream", "load_workload", "study_workload"]
 
 
 def default_optimizer(
@@ -44,7 +44,9 @@ class Workload:
 
     Args:
         model: factory of the ``nn.Module``, called once in each rank.
-        dataset: factory of a map-style ``torch.utils.data.Dataset``.
+        dataset: factory of a map-style ``torch.utils.data.Dataset``, or of a stream: a
+            ``torch.utils.data.IterableDataset`` or a Hugging Face ``datasets.IterableDataset`` (no
+            ``len()`` needed; autotune splits it by rank and DataLoader worker, see :func:`is_stream`).
         loss: ``loss(model, batch) -> scalar tensor``; the forward pass happens here.
         optimizer: ``optimizer(params, lr) -> torch.optim.Optimizer``; AdamW by default.
         base_lr: the learning rate that is right at ``base_batch_size``.
@@ -53,7 +55,7 @@ class Workload:
         shard_modules: module types FSDP shards as units with ``sharding: fsdp``/``fsdp_no_reshard``
             (default: ``checkpoint_modules``); the root module is sharded after them.
         collate_fn: passed to the DataLoader.
-        eval_dataset: optional held-out dataset factory.
+        eval_dataset: optional held-out dataset factory (map-style or a stream).
     """
 
     model: Callable[[], Any]
@@ -108,6 +110,16 @@ class Workload:
     def shard_units(self) -> tuple[type, ...]:
         """The module types FSDP shards as units: ``shard_modules``, else ``checkpoint_modules``."""
         return self.shard_modules if self.shard_modules is not None else self.checkpoint_modules
+
+
+def is_stream(dataset: Any) -> bool:
+    """Whether ``dataset`` is read as a stream (iterated, never indexed): a ``torch.utils.data.IterableDataset``
+    or a Hugging Face ``datasets.IterableDataset`` (which becomes a torch one only once torch is imported)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dataset, torch.utils.data.IterableDataset):
+        return True
+    kind = type(dataset)
+    return kind.__module__.split(".")[0] == "datasets" and kind.__name__ == "IterableDataset"
 
 
 def _refuse_instances(workload: Workload) -> None:

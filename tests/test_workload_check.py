@@ -42,6 +42,15 @@ class Points(torch.utils.data.Dataset):
         return {"x": torch.randn(4, generator=g), "y": torch.randn(1, generator=g)}
 
 
+class PointStream(torch.utils.data.IterableDataset):
+    def __init__(self, n=64):
+        self.n = n
+
+    def __iter__(self):
+        points = Points()
+        return (points[i] for i in range(self.n))
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
@@ -78,6 +87,9 @@ BROKEN = {
     "ragged_samples": ({"DATASET": "lambda: [torch.zeros(i + 1) for i in range(8)]"},
                        "the DataLoader's default collate cannot stack 2 samples"),
     "loss_raises": ({"LOSS": "lambda m, b: m(b)"}, "Workload.loss(model, batch) raised TypeError"),
+    "empty_stream": ({"DATASET": "lambda: PointStream(0)"}, "the stream is empty; Workload.dataset() must yield"),
+    "stream_raises": ({"DATASET": "lambda: PointStream('x')"}, "reading the stream raised TypeError"),
+    "neither": ({"DATASET": "lambda: 3"}, "returned int, neither a map-style dataset nor a stream"),
 }
 
 
@@ -100,6 +112,15 @@ def test_a_good_workload_is_built_and_its_loss_run(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["validate", str(study)])
     assert result.exit_code == 0, result.stderr
     assert "workload built: Net (45 parameters), 64 samples" in " ".join(result.stdout.split())
+
+
+def test_a_stream_is_built_and_its_first_samples_run(tmp_path: Path) -> None:
+    study = write(tmp_path, DATASET="PointStream")
+    report = check_workload(load_spec(study))
+    assert report.dataset_len is None and report.loss > 0
+    result = CliRunner().invoke(main, ["validate", str(study)])
+    assert result.exit_code == 0, result.stderr
+    assert "workload built: Net (45 parameters), a stream, loss" in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize("case", list(BROKEN))
@@ -220,7 +241,10 @@ def test_native_bf16_reads_the_cpu_flags(tmp_path: Path) -> None:
     assert native_bf16(str(tmp_path / "none")) is None
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "hyperparameters.yaml", "hf_gpt2.yaml", "postgres.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    ["quickstart.yaml", "hyperparameters.yaml", "hf_gpt2.yaml", "postgres.yaml", "images.yaml", "text_shards.yaml"],
+)
 def test_the_shipped_studies_ask_for_nothing_validate_warns_about(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

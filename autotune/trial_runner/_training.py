@@ -34,6 +34,7 @@ from autotune.trial_runner._apply import (
     blas_threads,
     shard_model,
 )
+from autotune.trial_runner._data import eval_loader, train_data
 from autotune.trial_runner._memory import MemorySampler
 from autotune.trial_runner._pace import Gate
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, METRICS_FILE, TrialPlan
@@ -43,10 +44,6 @@ from autotune.workload import Workload, load_workload
 
 # On the CPU the memory of a rank's tree (PSS) is read at a window boundary at most this often (and at the last).
 MEMORY_EVERY_S = 1.0
-
-
-class DatasetTooSmall(RuntimeError):
-    """The dataset holds fewer samples per rank than one batch."""
 
 
 @dataclass
@@ -88,20 +85,6 @@ def _batch_len(batch: Any) -> int:
     if isinstance(batch, dict) and batch:
         return _batch_len(next(iter(batch.values())))
     return 1
-
-
-def _batches(loader: Any, sampler: Any) -> Iterator[Any]:
-    """Endless batches; each pass over the data is a new epoch of the DistributedSampler."""
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yielded = False
-        for batch in loader:
-            yielded = True
-            yield batch
-        if not yielded:
-            raise DatasetTooSmall("the DataLoader produced no batch")
-        epoch += 1
 
 
 class Trainer:
@@ -189,40 +172,12 @@ class Trainer:
         self._watch_autocast(model)
 
     def _build_data(self, workload: Workload) -> None:
-        from torch.utils.data import DataLoader, DistributedSampler
-
-        cfg, ctx = self.config, self.ctx
-        dataset = workload.dataset()
-        per_rank = len(dataset) // ctx.world_size
-        if per_rank < cfg.batch_size:
-            raise DatasetTooSmall(
-                f"the dataset has {len(dataset)} samples: {per_rank} per rank, fewer than one batch of "
-                f"{cfg.batch_size}; use a smaller batch_size or a larger dataset"
-            )
-        self.sampler: DistributedSampler[Any] = DistributedSampler(
-            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=self.plan.seed, drop_last=True
+        ctx = self.ctx
+        self.data = train_data(
+            workload.dataset(), self.config, ctx.rank, ctx.world_size, self.plan.seed, workload.collate_fn
         )
-        kwargs: dict[str, Any] = {}
-        if cfg.num_workers > 0:
-            kwargs.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=True)
-        self.loader = DataLoader(
-            dataset,
-            batch_size=cfg.batch_size,
-            sampler=self.sampler,
-            num_workers=cfg.num_workers,
-            pin_memory=cfg.pin_memory,
-            drop_last=True,
-            collate_fn=workload.collate_fn,
-            **kwargs,
-        )
-        self.applied["dataloader"] = {
-            "batch_size": self.loader.batch_size,
-            "num_workers": self.loader.num_workers,
-            "prefetch_factor": self.loader.prefetch_factor if cfg.num_workers > 0 else None,
-            "pin_memory": self.loader.pin_memory,
-            "persistent_workers": self.loader.persistent_workers,
-            "sampler": type(self.sampler).__name__,
-        }
+        self.loader = self.data.loader
+        self.applied["dataloader"] = self.data.applied
 
     def _rank_facts(self, model: torch.nn.Module) -> None:
         """What every rank applied (threads, environment, compiled forward, sharded parameters), gathered
@@ -333,7 +288,7 @@ class Trainer:
         gate = Gate(ctx.trial_dir, ctx.rank) if plan.pace_steps else None
         if plan.pace_steps:
             window, max_steps = plan.pace_steps, 1 << 40
-        batches = _batches(self.loader, self.sampler)
+        batches = self.data.batches()
         metrics_path = ctx.trial_dir / METRICS_FILE
         reduce_device = self.device
 
@@ -479,22 +434,16 @@ class Trainer:
     def evaluate(self) -> float | None:
         """The held-out loss at the trial's end, when the workload has an ``eval_dataset``.
 
-        Every rank evaluates its share (a DistributedSampler in order; it repeats a few samples so that the
-        shares are equal), without gradients, under the trial's autocast; the result is the mean loss over
+        Every rank evaluates its share (``_data.eval_loader``: a DistributedSampler in order, or its share of a
+        stream), without gradients, under the trial's autocast; the result is the mean loss over
         all ranks' samples (each batch's loss weighted by its size).
         """
         workload, cfg, ctx = self.workload, self.config, self.ctx
         if workload.eval_dataset is None:
             return None
-        from torch.utils.data import DataLoader, DistributedSampler
-
-        dataset = workload.eval_dataset()
-        if len(dataset) == 0:
+        loader = eval_loader(workload.eval_dataset(), cfg.batch_size, ctx.rank, ctx.world_size, workload.collate_fn)
+        if loader is None:
             return None
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=False, drop_last=False
-        )
-        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, collate_fn=workload.collate_fn)
         totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss * samples, samples
         self.model.eval()
         try:

@@ -1,16 +1,18 @@
 """``autotune validate``'s check of the workload for real: build it once, run the loss on one small batch.
 
-In this process, on the CPU, without ranks: the model and the dataset are built once, two samples are
-collated as the DataLoader would, and ``loss(model, batch)`` is called and back-propagated. Each mistake a
-new user makes in a workload file (a factory that is an instance, a loss that returns a ModelOutput or a
-tuple, a checkpoint type the model does not contain, samples that cannot be stacked) is refused with one
-line naming the fix, instead of crashing every trial of a study. Also the warnings that validate prints:
-knobs the objectives cannot see, and bf16 on a CPU without native bf16 (in ``_warnings``).
+In this process, on the CPU, without ranks: the model and the dataset are built once, two samples (a
+stream's first two) are collated as the DataLoader would, and ``loss(model, batch)`` is called and
+back-propagated. Each mistake a new user makes in a workload file (a factory that is an instance, a loss
+that returns a ModelOutput or a tuple, a checkpoint type the model does not contain, samples that cannot be
+stacked) is refused with one line naming the fix, instead of crashing every trial of a study. Also the
+warnings that validate prints: knobs the objectives cannot see, and bf16 on a CPU without native bf16 (in
+``_warnings``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 import tempfile
@@ -22,7 +24,7 @@ from typing import Any
 from autotune.errors import WorkloadError
 from autotune.spec import StudySpec
 from autotune.tracebacks import user_frame
-from autotune.workload import Workload, study_workload
+from autotune.workload import Workload, is_stream, study_workload
 
 SAMPLES = 2  # the batch the loss is called on: enough to show that samples stack
 
@@ -33,14 +35,16 @@ class CheckReport:
 
     model: str
     parameters: int
-    dataset_len: int
+    dataset_len: int | None  # None: a stream (no len())
     loss: float
     seconds: float
 
     def line(self) -> str:
+        size = "a stream" if self.dataset_len is None else f"{self.dataset_len:,} samples"
+        batch = SAMPLES if self.dataset_len is None else min(SAMPLES, self.dataset_len)
         return (
-            f"workload built: {self.model} ({self.parameters:,} parameters), {self.dataset_len:,} samples, "
-            f"loss {self.loss:.4g} on a batch of {min(SAMPLES, self.dataset_len)} ({self.seconds:.1f} s, CPU)"
+            f"workload built: {self.model} ({self.parameters:,} parameters), {size}, "
+            f"loss {self.loss:.4g} on a batch of {batch} ({self.seconds:.1f} s, CPU)"
         )
 
 
@@ -144,11 +148,14 @@ def _check_checkpoint_modules(model: Any, workload: Workload, where: str) -> Non
             )
 
 
-def _dataset_len(dataset: Any, where: str) -> int:
+def _dataset_len(dataset: Any, where: str) -> int | None:
+    """The size of a map-style dataset; None for a stream (an IterableDataset: read, never indexed)."""
+    if is_stream(dataset):
+        return None
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise WorkloadError(
-            f"{where}: Workload.dataset() returned {type(dataset).__name__}, not a map-style dataset; "
-            "return an object with __len__ and __getitem__ (a torch.utils.data.Dataset)"
+            f"{where}: Workload.dataset() returned {type(dataset).__name__}, neither a map-style dataset nor a "
+            "stream; return a torch.utils.data.Dataset (__len__ and __getitem__) or an IterableDataset"
         )
     try:
         size = len(dataset)
@@ -159,15 +166,29 @@ def _dataset_len(dataset: Any, where: str) -> int:
     return size
 
 
-def _collate(dataset: Any, size: int, workload: Workload, where: str) -> Any:
+def _first_samples(dataset: Any, size: int | None, where: str) -> list[Any]:
+    """The first SAMPLES samples (fewer when the dataset holds fewer): indexed, or read from a stream."""
+    if size is not None:
+        samples = []
+        for i in range(min(SAMPLES, size)):
+            try:
+                samples.append(dataset[i])
+            except Exception as e:
+                raise WorkloadError(f"{where}: dataset[{i}] raised {_brief(e)}{_at(e)}{_DEBUG}") from e
+        return samples
+    try:
+        samples = list(itertools.islice(iter(dataset), SAMPLES))
+    except Exception as e:
+        raise WorkloadError(f"{where}: reading the stream raised {_brief(e)}{_at(e)}{_DEBUG}") from e
+    if not samples:
+        raise WorkloadError(f"{where}: the stream is empty; Workload.dataset() must yield samples")
+    return samples
+
+
+def _collate(dataset: Any, size: int | None, workload: Workload, where: str) -> Any:
     from torch.utils.data import default_collate
 
-    samples = []
-    for i in range(min(SAMPLES, size)):
-        try:
-            samples.append(dataset[i])
-        except Exception as e:
-            raise WorkloadError(f"{where}: dataset[{i}] raised {_brief(e)}{_at(e)}{_DEBUG}") from e
+    samples = _first_samples(dataset, size, where)
     collate = workload.collate_fn or default_collate
     try:
         return collate(samples)

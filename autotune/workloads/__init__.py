@@ -12,6 +12,12 @@ name one in a study file as ``workload.entrypoint``:
 - ``autotune.workloads.lm:build`` — a tiny byte-level causal transformer language model trained on the
   Python standard library's own source files (no download). Args: d_model, n_layers, n_heads, seq_len,
   max_bytes, seed.
+- ``autotune.workloads.images:build`` — a small strided CNN classifying JPEG/PNG files written once to a
+  cache folder and read, decoded and augmented in ``__getitem__``: input-bound at num_workers 0. Args:
+  width, depth, crop_size, file_size, samples, num_classes, image_format, cache_dir, seed.
+- ``autotune.workloads.text_shards:build`` — the ``lm`` transformer streamed from tokenised shard files
+  through an IterableDataset (no ``len()``). Args: d_model, n_layers, n_heads, seq_len, max_bytes,
+  shard_tokens, cache_dir, seed.
 
 Importing this package imports none of them (nor torch); the entrypoint loader imports the one named.
 """
