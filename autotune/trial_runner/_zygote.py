@@ -73,15 +73,7 @@ def leader(request: dict[str, Any]) -> int:  # pragma: no cover - runs in a fork
     """Start the ranks of one trial and watch them, like torchrun's agent does."""
     trial_dir = Path(request["trial_dir"])
     world_size = int(request["world_size"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    with contextlib.suppress(OSError):
-        os.chdir(request.get("cwd") or trial_dir)
-    err = open(trial_dir / ERR_FILE, "a", buffering=1)  # noqa: SIM115 - the leader's stderr until exit
-    os.dup2(err.fileno(), 2)
-    os.dup2(err.fileno(), 1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # the zygote's request pipe is not the trial's business
+    err = _as_trial_process(request, trial_dir)
     port = free_port()
     ranks: dict[int, int] = {}
     for rank in range(world_size):
@@ -92,20 +84,15 @@ def leader(request: dict[str, Any]) -> int:  # pragma: no cover - runs in a fork
             os._exit(1)
         ranks[pid] = rank
 
-    def stop_all(signum: int = signal.SIGTERM) -> None:
-        for pid in ranks:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signum)
-
     def on_term(signum: int, frame: object) -> None:
-        stop_all(signal.SIGTERM)
+        _stop_all(ranks, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while ranks and time.monotonic() < deadline:
             _reap(ranks, {}, block=False)
             # A rank dies within milliseconds of SIGTERM; the tuner's next trial waits for this process to
             # be gone (a pruned trial's teardown took 0.12-0.23 s with 0.05 s naps here).
             time.sleep(0.002)
-        stop_all(signal.SIGKILL)
+        _stop_all(ranks, signal.SIGKILL)
         _write(trial_dir / EXIT_FILE, "143")
         os._exit(143)
 
@@ -117,19 +104,7 @@ def leader(request: dict[str, Any]) -> int:  # pragma: no cover - runs in a fork
             if code != 0:
                 failures.append((rank, pid, code))
                 if len(failures) == 1:
-                    # One rank failed: give the others a moment to record their side, then end them.
-                    deadline = time.monotonic() + GRACE_S
-                    while ranks and time.monotonic() < deadline:
-                        for more in _reap(ranks, statuses, block=False):
-                            if more[2] != 0:
-                                failures.append(more)
-                        time.sleep(0.05)
-                    stop_all(signal.SIGTERM)
-                    deadline = time.monotonic() + GRACE_S
-                    while ranks and time.monotonic() < deadline:
-                        _reap(ranks, statuses, block=False)
-                        time.sleep(0.05)
-                    stop_all(signal.SIGKILL)
+                    _end_the_others(ranks, statuses, failures)
     code = 1 if failures else 0
     if failures:
         # Ranks killed by a signal first: they are the cause, the others' errors the consequence.
@@ -137,6 +112,46 @@ def leader(request: dict[str, Any]) -> int:  # pragma: no cover - runs in a fork
         err.write(_failure_report(failures))
     _write(trial_dir / EXIT_FILE, str(code))
     return code
+
+
+def _as_trial_process(request: dict[str, Any], trial_dir: Path) -> Any:  # pragma: no cover - in the leader
+    """The leader's environment, folder and standard streams become the trial's (stderr and stdout to
+    launcher.err, which is returned; stdin from /dev/null: the zygote's request pipe is not the trial's business)."""
+    os.environ.clear()
+    os.environ.update(request["env"])
+    with contextlib.suppress(OSError):
+        os.chdir(request.get("cwd") or trial_dir)
+    err = open(trial_dir / ERR_FILE, "a", buffering=1)  # noqa: SIM115 - the leader's stderr until exit
+    os.dup2(err.fileno(), 2)
+    os.dup2(err.fileno(), 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    return err
+
+
+def _stop_all(ranks: dict[int, int], signum: int) -> None:
+    for pid in ranks:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
+
+
+def _end_the_others(
+    ranks: dict[int, int], statuses: dict[int, int], failures: list[tuple[int, int, int]]
+) -> None:  # pragma: no cover - in the leader
+    """One rank failed: give the others a moment to record their side (their failures are added), then end
+    them."""
+    deadline = time.monotonic() + GRACE_S
+    while ranks and time.monotonic() < deadline:
+        for more in _reap(ranks, statuses, block=False):
+            if more[2] != 0:
+                failures.append(more)
+        time.sleep(0.05)
+    _stop_all(ranks, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while ranks and time.monotonic() < deadline:
+        _reap(ranks, statuses, block=False)
+        time.sleep(0.05)
+    _stop_all(ranks, signal.SIGKILL)
 
 
 def _reap(ranks: dict[int, int], statuses: dict[int, int], *, block: bool) -> list[tuple[int, int, int]]:
