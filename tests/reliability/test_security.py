@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from autotune.cli import main
 from autotune.tuner import Tuner
 from autotune.workload_check import load_spec
+from tests._cli import autotune
 from tests.test_spec import WORKLOAD_PY, listing
 
 from .conftest import MARK_ENV, StudyDir, assert_nothing_left
@@ -62,9 +63,8 @@ def test_a_tag_in_a_set_override_is_refused_too(tmp_path: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text(f"name: probe\n{WORKLOAD}")
     override = f'workload.args={{samples: !!python/object/apply:os.system ["touch {marker}"]}}'
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml", "--set", override],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert out.returncode == 2, out.stdout + out.stderr
+    out = autotune("run", "study.yaml", "--set", override, cwd=tmp_path)
+    assert out.exit_code == 2, out.output
     assert "is not allowed" in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
     assert not marker.exists()
 
@@ -97,7 +97,6 @@ URLS = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("form", list(URLS))
 @pytest.mark.parametrize(
     "command",
@@ -121,12 +120,11 @@ def test_storage_passwords_are_never_printed(tmp_path: Path, form: str, command:
     else:
         (tmp_path / "study.yaml").write_text(f"{head}storage: '{url}'\n")
         args = ["--debug", verb, "study.yaml"] if rest == ["--debug"] else [verb, "study.yaml", *rest]
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, stdin=subprocess.DEVNULL)
-    shown = out.stdout + out.stderr
+    out = autotune(*args, cwd=tmp_path)  # in this process: its stdout, stderr, traceback, warnings and logs
+    shown = out.output
     assert SECRET not in shown, shown
     if verb != "validate":
-        assert out.returncode in (1, 2), shown
+        assert out.exit_code in (1, 2), shown
         assert "127.0.0.1:1/autotune" in shown, shown  # the redacted URL is still named
         if rest != ["--debug"]:
             (line,) = out.stderr.splitlines()
@@ -220,15 +218,18 @@ def test_the_dashboard_warns_when_it_listens_beyond_loopback(stored_study: Path)
 @pytest.mark.slow
 @pytest.mark.parametrize("start", ["warm", "torchrun"])
 def test_trials_see_only_the_environment_they_need(
-    make_study: Callable[..., StudyDir], started: float, tmp_path: Path, start: str
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path, start: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dump = tmp_path / "rank0-environ.json"
     sd = make_study(f"env-{start}", workload_args={"env_dump": str(dump)}, launcher={"start": start},
-                    baseline={"world_size": 2}, trial={"max_steps": 4, "warmup_steps": 1})
+                    baseline={"world_size": 2}, trial={"max_steps": 4, "warmup_steps": 1, "max_seconds": 120})
     secrets = {"AWS_SECRET_ACCESS_KEY": "xyz-aws", "GITHUB_TOKEN": "ghp-xyz", "DATABASE_URL": "postgres://u:pw@db/x",
                "OPENAI_API_KEY": "sk-xyz", "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock"}
-    out = sd.autotune("run", "study.yaml", "--n-trials", "1", env=secrets, timeout=180)
-    assert out.returncode == 0, out.stdout + out.stderr
+    for key in (MARK_ENV, "AUTOTUNE_LEASE_DIR"):
+        monkeypatch.setenv(key, sd.env[key])
+    monkeypatch.delenv("AUTOTUNE_CORES_PER_RANK", raising=False)
+    out = autotune("run", "study.yaml", "--n-trials", "1", cwd=sd.folder, env=secrets)  # secrets in the tuner's env
+    assert out.exit_code == 0, out.output
     assert sd.load().trials[0].user_attrs["outcome"] == "complete"
     environ = json.loads(dump.read_text())
     assert environ["RANK"] == "0" and environ["WORLD_SIZE"] == "2"  # it is a rank's

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import pytest
 
 from autotune.trial_runner import TrialPlan, TrialResult, run_trial
 from autotune.trial_runner._slurm import SlurmLauncher
+from tests._cli import autotune
 from tests._netns_cluster import ISOLATED_IFNAME, NODE_IFNAME, NetnsCluster
 from tests._processes import wait_no_leftovers
 from tests.trial_runner.test_launchers import plan
@@ -55,10 +55,8 @@ confirm: {{top_k: 0}}
 def _run_study(folder: Path, n_trials: int, **fields: Any) -> list[optuna.trial.FrozenTrial]:
     (folder / "faulty.py").write_text(FAULTY.read_text())
     (folder / "study.yaml").write_text(STUDY.format(**{"args": "", "ifname": NODE_IFNAME, "steps": 5, **fields}))
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml", "--n-trials", str(n_trials)],
-                         cwd=folder, capture_output=True, text=True, timeout=500, check=False,
-                         stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    out = autotune("run", "study.yaml", "--n-trials", str(n_trials), cwd=folder)  # the tuner in this process
+    assert out.exit_code == 0, out.stdout[-2000:] + out.stderr[-2000:]
     study = optuna.load_study(study_name="two-nodes", storage=f"sqlite:///{folder / 'two-nodes.db'}")
     return study.get_trials()
 

@@ -3,6 +3,7 @@ worker overshoots, unique trial numbers, and a SIGKILLed worker's trial retried 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,12 +42,23 @@ def write_study(folder: Path, url: str, name: str = "workers", fault: str = "non
     return study
 
 
-def start_worker(study: Path, n_trials: int, log: Path) -> subprocess.Popen[bytes]:
+def start_worker(study: Path, n_trials: int, log: Path, trace: Path | None = None) -> subprocess.Popen[bytes]:
+    """``autotune run``; with ``trace``, it records its spans there (AUTOTUNE_TRACE)."""
+    env = {**os.environ, **({"AUTOTUNE_TRACE": str(trace)} if trace else {})}
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "autotune.cli", "run", str(study), "--n-trials", str(n_trials)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=study.parent,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=study.parent, env=env,
         )
+
+
+def spans(trace: Path, name: str) -> int:
+    """How many ``name`` spans a traced worker has recorded so far."""
+    try:
+        lines = trace.read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return sum(json.loads(line)["span"] == name for line in lines if line.endswith("}"))
 
 
 def trials(url: str, name: str) -> list[FrozenTrial]:
@@ -90,7 +102,8 @@ from autotune.search_space import study_space
 from autotune.tuner import open_study
 spec = load_spec(sys.argv[1])
 space = study_space(spec)
-start = float(sys.argv[2])
+print("ready", flush=True)
+start = float(sys.stdin.readline())
 while time.time() < start:
     time.sleep(0.001)
 study = open_study(spec, space)
@@ -99,15 +112,27 @@ print(study._study_id)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # six processes import torch at once: on a loaded machine, minutes
 def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path: Path, postgres_url: str) -> None:
     study = write_study(tmp_path, postgres_url)
-    start = time.time() + 12  # every process has imported torch by then
     procs = [
-        subprocess.Popen([sys.executable, "-c", RACE, str(study), str(start)], stdout=subprocess.PIPE,
+        subprocess.Popen([sys.executable, "-c", RACE, str(study)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
         for _ in range(6)
     ]
-    outs = [p.communicate(timeout=90) for p in procs]
+    try:
+        for proc in procs:  # every process has imported torch and read the study: none is still starting
+            assert proc.stdout is not None
+            if (line := proc.stdout.readline()) != "ready\n":
+                proc.kill()
+                pytest.fail(f"a worker did not get ready: {line}{proc.communicate(timeout=30)[1][-2000:]}")
+        start = time.time() + 0.5
+        outs = [p.communicate(f"{start}\n", timeout=90) for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
     for proc, (_, err) in zip(procs, outs, strict=True):
         assert proc.returncode == 0, err[-2000:]  # without the creation lock: UniqueViolation, often
     assert len({out.strip() for out, _ in outs}) == 1
@@ -115,14 +140,9 @@ def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path
 
 
 @pytest.mark.slow
-def test_four_workers_share_one_budget(tmp_path: Path, postgres_url: str) -> None:
-    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=8, timeout_s=110)
-    check_shared_budget(found, n_trials=8, workers=4)
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_four_workers_times_25_trials_lose_none(tmp_path: Path, postgres_url: str) -> None:
+    """Four workers share one budget: none overshoots it, trial numbers are unique, no trial is lost."""
     # 50-100 s on 2 cores: one trial at a time (the core lease), four workers taking turns.
     found = run_workers(tmp_path, postgres_url, workers=4, n_trials=100, timeout_s=540)
     check_shared_budget(found, n_trials=100, workers=4)
@@ -181,9 +201,13 @@ def test_a_worker_waiting_for_the_others_stops_cleanly_on_ctrl_c(tmp_path: Path,
         while not (tmp_path / "runs" / "workers" / "trial-0000" / "metrics.jsonl").exists():
             assert busy.poll() is None and time.monotonic() < deadline, (tmp_path / "busy.log").read_text()
             time.sleep(0.2)
-        waiting = start_worker(study, 1, tmp_path / "waiting.log")
-        time.sleep(8)  # started, found the budget taken by the running trial, waits
-        assert waiting.poll() is None
+        trace = tmp_path / "waiting.trace"
+        waiting = start_worker(study, 1, tmp_path / "waiting.log", trace=trace)
+        deadline = time.monotonic() + 90
+        while spans(trace, "claim") < 2:  # started, found the budget taken by the running trial, waits
+            assert waiting.poll() is None and time.monotonic() < deadline, (tmp_path / "waiting.log").read_text()
+            time.sleep(0.2)
+        assert busy.poll() is None  # the budget's one trial is still running
         waiting.send_signal(signal.SIGINT)
         assert waiting.wait(timeout=30) == 130, (tmp_path / "waiting.log").read_text()[-3000:]
         log = (tmp_path / "waiting.log").read_text()

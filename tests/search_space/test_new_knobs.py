@@ -3,8 +3,6 @@ conditional sampling, Optuna params, configuration keys, Calibration helpers and
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from autotune.objectives import config_key
 from autotune.objectives._compile_payback import compile_payback
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec, parse_spec
+from tests._cli import autotune
 
 BASE = {"name": "k", "workload": {"entrypoint": "autotune.workloads.mlp:build"}}
 
@@ -71,9 +70,8 @@ def test_bad_values_are_one_line_errors(sections: dict[str, Any], message: str) 
 def test_validate_exits_2_with_one_line(tmp_path: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text("name: k\nworkload: {entrypoint: autotune.workloads.mlp:build}\nenv: {RANK: '0'}\n")
-    done = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(study)],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 2, done.stderr
+    done = autotune("validate", str(study))
+    assert done.exit_code == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "env: RANK" in done.stderr
 
 
@@ -311,7 +309,6 @@ def test_validate_prints_the_thread_count_note(tmp_path: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({**BASE, "search_space": {"threads_per_rank": {"low": 1, "high": 2},
                                                               "world_size": {"choices": [1, 2]}}}))
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(study)], capture_output=True,
-                         text=True, timeout=120, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = autotune("validate", str(study), cwd=tmp_path)
+    assert out.exit_code == 0, out.output
     assert "threads_per_rank: searched as numbers beside a searched world_size" in " ".join(out.stdout.split())

@@ -49,7 +49,10 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def launcher(kind: str) -> Iterator[Launcher]:
+def launcher(kind: str, request: pytest.FixtureRequest) -> Iterator[Launcher]:
+    if kind == "warm":  # the session's zygote, as one study's trials share theirs: after crashes and kills too
+        yield request.getfixturevalue("warm_launcher")
+        return
     made = make(kind)
     yield made
     made.close()
