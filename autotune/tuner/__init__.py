@@ -27,6 +27,7 @@ from autotune.tuner._second_look import SECOND_LOOK
 from autotune.tuner._stop_rule import STOP_AFTER, BrokenWorkload, BrokenWorkloadError, find_broken
 from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
 from autotune.tuner._study import FINGERPRINT_ATTR, feasible, machine_facts, open_study, read_study
+from autotune.tuner._telling import pruning_hook
 from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_line
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "open_study",
     "predict_memory",
     "prepared_launcher",
+    "pruning_hook",
     "read_study",
     "recorded_runner",
     "replay_runner",

@@ -139,13 +139,14 @@ def test_the_hand_over_to_tpe_is_said_once_recorded_on_each_trial_and_summed_up(
     search trial records which sampler proposed it (the baseline and the confirmation runs none), and the lines
     `autotune run` and `autotune status` end with name the trials TPE proposed."""
     from autotune.cli._run_summary import noise_lines
-    from autotune.tuner import Observer, _sampling
+    from autotune.samplers import _factory
+    from autotune.tuner import Observer
 
     class Small(PartialGPSampler):
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**{**kwargs, "max_trials": 6})
 
-    monkeypatch.setattr(_sampling, "PartialGPSampler", Small)
+    monkeypatch.setattr(_factory, "PartialGPSampler", Small)
     notes: list[str] = []
 
     class Notes(Observer):

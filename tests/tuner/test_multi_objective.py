@@ -10,7 +10,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from autotune.trial_runner import Window
-from autotune.tuner import Tuner, summarize
+from autotune.tuner import Tuner, pruning_hook, summarize
 from autotune.workload_check import load_spec
 
 from .conftest import StudyDir, assert_nothing_left
@@ -67,7 +67,7 @@ def test_the_multi_objective_pruning_hook_prunes_dominated_trials_only(study_dir
     assert sd.db.exists()
 
     trial = study.ask()
-    hook = tuner._pruning(study, trial, prune=True)
+    hook = pruning_hook(tuner.spec, study, trial, prune=True)
     assert hook is not None
     assert not hook(_window(8, 100.0, 900.0)), "nothing finished yet: nothing to compare with"
 
@@ -84,7 +84,7 @@ def test_the_multi_objective_pruning_hook_prunes_dominated_trials_only(study_dir
     ))
 
     trial = study.ask()
-    hook = tuner._pruning(study, trial, prune=True)
+    hook = pruning_hook(tuner.spec, study, trial, prune=True)
     assert hook is not None
     assert hook(_window(8, 500.0, 400.0)), "slower and bigger than every finished trial: pruned"
     assert not hook(_window(8, 500.0, 100.0)), "a trade-off (least memory) is kept"
@@ -102,6 +102,6 @@ def test_the_multi_objective_pruning_hook_prunes_dominated_trials_only(study_dir
     ))
     other_study.add_trial(_finished(9000.0, 10.0, outcome="diverged"))
     other_study.add_trial(_finished(9000.0, 10.0))
-    hook = other._pruning(other_study, other_study.ask(), prune=True)
+    hook = pruning_hook(other.spec, other_study, other_study.ask(), prune=True)
     assert hook is not None
     assert not hook(_window(8, 500.0, 400.0)), "one comparable trial is below n_startup_trials (2)"
