@@ -37,6 +37,7 @@ from autotune.tuner._recovery import (
     Heartbeat,
     Interrupted,
     ask,
+    others_at_work,
     recover,
     signals_as_interrupts,
     worker_identity,
@@ -113,6 +114,8 @@ class Tuner:
                     loader = self._prepare(launcher)
                     study = self.open()
                     self.recover(study)
+                    for line in others_at_work(study, self.identity):  # a second run on one study says so
+                        self.observer.note(line)
                     with study_lock(self.url, study.study_name):  # workers started together queue one baseline
                         self.ensure_baseline(study)
                     if loader is not None:
