@@ -91,6 +91,12 @@ def classify(error: BaseException) -> str | None:
     return None
 
 
+def _folder_of(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return os.path.dirname(os.path.abspath(make_url(url).database or ".")) or "."
+
+
 def _reason(error: BaseException) -> str:
     """The database's own words, one line, without sqlalchemy's wrapping."""
     for cause in _causes(error):
@@ -144,8 +150,8 @@ class Patience:
             kind = classify(e)
             if kind == "full" and self.sqlite:
                 raise StorageFull(
-                    f"cannot write the study's storage {self.where} ({_reason(e)}): free space in its folder and "
-                    "rerun; finished trials are kept"
+                    f"no space left for the study's storage {self.where}: {_reason(e)}; free space in "
+                    f"{_folder_of(self.url)} and rerun: finished trials are kept"
                 ) from None
             if kind is None:
                 raise

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.errors import AutotuneError
 from autotune.objectives import (
     DominancePruner,
     constraint_values,
@@ -35,7 +38,13 @@ Attach = Callable[[optuna.Study, int, str], None]  # (study, trial number, trial
 
 
 def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: TrialResult, attach: Attach) -> None:
-    """Store the result on the trial (docs/storage.md) and finish it with the right state."""
+    """Store the result on the trial (docs/storage.md) and finish it with the right state. A run that failed
+    on a full disk is no verdict on its configuration: it is recorded as interrupted (retried on resume) and
+    the run stops with one line (:class:`DiskFull`)."""
+    full = out_of_space(result)
+    if full is not None:
+        tell_interrupted(study, trial, f"not finished: {full}; it is retried on resume")
+        raise DiskFull(f"{full}; free space there and rerun: the trial is retried, finished trials are kept")
     attrs: dict[str, Any] = {
         "outcome": result.outcome.value,
         "reason": result.reason,
@@ -91,6 +100,33 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         study.tell(trial, values)
     else:
         study.tell(trial, state=state)
+
+
+#: A trial folder's device with less free space than this, under a trial that did not end well: a full disk.
+MIN_FREE_BYTES = 1 << 20
+
+
+class DiskFull(AutotuneError):
+    """A trial's folder ran out of space while it ran; the run stops (exit status 1)."""
+
+
+def out_of_space(result: TrialResult) -> str | None:
+    """What a full disk cost ``result``, in words naming the folder, when its run did not end well and its
+    folder's device has (almost) no space left; else None."""
+    if result.outcome in (Outcome.COMPLETE, Outcome.PRUNED) or not result.trial_dir:
+        return None
+    folder = Path(result.trial_dir)
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    if stat.f_bavail * stat.f_frsize >= MIN_FREE_BYTES:
+        return None
+    mount = folder
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return (f"no space left on the device of {mount}: the trial's files (metrics, logs, result) in {folder} could "
+            "not be written")
 
 
 def _worst_value(study: optuna.Study, objective: Any) -> float:
