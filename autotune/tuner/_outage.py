@@ -10,7 +10,9 @@ longer than :data:`STORAGE_WAIT_S` (``AUTOTUNE_STORAGE_WAIT_S`` in the environme
 so the code that cleans up after it (a trial's processes, the launcher) does not wait again.
 
 A heartbeat is not waited for: it is tried once and skipped while the storage is away (the next one comes
-:data:`~autotune.tuner._storage.HEARTBEAT_INTERVAL_S` later). A full disk under an SQLite study
+:data:`~autotune.tuner._storage.HEARTBEAT_INTERVAL_S` later). Nor is a running trial's report to the pruner
+(:meth:`Patience.unless_down`): the trial runs on under its limits and its result is written once the storage
+is back. A full disk under an SQLite study
 (``database or disk is full``) is not an outage: it is one line naming the file, at once.
 """
 
@@ -140,6 +142,16 @@ class Patience:
             self._once(call)
         except (_Down, StorageUnreachable):
             return
+
+    def unless_down(self, call: Callable[[], object]) -> bool:
+        """``call()`` once, True when it ran; False (skipped) while the storage is unreachable, so a running
+        trial's reports do not hold up its monitor. Past the limit, StorageUnreachable, as any call."""
+        try:
+            self._once(call)
+        except _Down as down:
+            self._give_up_if_late(down.error)
+            return False
+        return True
 
     def _once(self, call: Callable[[], T]) -> T:
         if self.gave_up is not None:

@@ -19,7 +19,7 @@ from optuna.storages import BaseStorage
 from autotune.compat import optuna_private
 from autotune.errors import AutotuneError, first_line
 from autotune.spec import redact_url
-from autotune.tuner._outage import patience_for
+from autotune.tuner._outage import Patience, patience_for
 
 HEARTBEAT_INTERVAL_S = 5
 GRACE_PERIOD_S = 30
@@ -145,6 +145,15 @@ def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOC
 def _connect_args(url: str) -> dict[str, Any]:
     # A host that does not answer at all: a failed try, waited out like a refused one, not a hang.
     return {"connect_timeout": CONNECT_TIMEOUT_S} if url.startswith("postgresql") else {}
+
+
+def unless_down(storage: BaseStorage, call: Callable[[], object]) -> bool:
+    """``call()`` (a write to ``storage`` that may be skipped), True when it ran, False when skipped because the
+    storage is unreachable right now (:meth:`autotune.tuner._outage.Patience.unless_down`)."""
+    if isinstance(storage, optuna_private.GuardedStorage) and isinstance(storage.guard, Patience):
+        return storage.guard.unless_down(call)
+    call()
+    return True
 
 
 def _flock(fd: int) -> bool:

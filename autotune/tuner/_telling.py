@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.compat import optuna_private
 from autotune.errors import AutotuneError
 from autotune.objectives import (
     DominancePruner,
@@ -32,6 +33,7 @@ from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import traced
 from autotune.tuner._recovery import retry
 from autotune.tuner._roles import INTERRUPTED
+from autotune.tuner._storage import unless_down
 from autotune.tuner._writes import set_user_attrs
 
 Attach = Callable[[optuna.Study, int, str], None]  # (study, trial number, trial folder): files as artifacts
@@ -164,9 +166,17 @@ def pruning_hook(
         value_of = running_value(objective)  # time_to_loss: the estimate from the windows so far
 
         def single(window: Window) -> bool:
-            with traced("report", trial=trial.number):
+            decided: list[bool] = []
+
+            def report() -> None:
                 trial.report(value_of(window), report_step(spec, window))
-                return prune and bool(trial.should_prune())
+                decided.append(prune and bool(trial.should_prune()))
+
+            with traced("report", trial=trial.number):
+                # While the storage is away the trial runs on under its limits, unreported (its windows are
+                # stored with its result); its pruning resumes with the storage.
+                unless_down(optuna_private.storage_of(study), report)
+            return bool(decided and decided[0])
 
         return single
     if spec.pruner.name == "none" or not prune:

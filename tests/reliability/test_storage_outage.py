@@ -180,6 +180,8 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
     again = sd.autotune("run", "study.yaml", "--n-trials", "2", timeout=240)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = _trials(postgres_url, "gone")
-    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["outcome"] == "interrupted"
+    # the stopped trial: failed by the rerun (interrupted, or, past the heartbeat grace period, stale) and its
+    # configuration run again
+    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs.get("outcome") in ("interrupted", None)
     assert sum(counts_toward_budget(t) for t in trials) == 2
-    assert [t.user_attrs.get("retry_of") for t in trials if counts_toward_budget(t)].count(0) == 1
+    assert [t for t in trials[1:] if counts_toward_budget(t) and t.params == trials[0].params]
