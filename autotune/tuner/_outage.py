@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from autotune.errors import AutotuneError, first_line
+from autotune.errors import AutotuneError, UsageError, first_line
 from autotune.spec import redact_url
 
 T = TypeVar("T")
@@ -66,7 +66,7 @@ def wait_limit_s() -> float:
     except ValueError:
         value = -1.0
     if not value >= 0:
-        raise AutotuneError(f"{WAIT_ENV}={text!r}: not a number of seconds >= 0; unset it or give one, e.g. 120")
+        raise UsageError(f"{WAIT_ENV}={text!r}: not a number of seconds >= 0; unset it or give one, e.g. 120")
     return value
 
 
