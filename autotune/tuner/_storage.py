@@ -100,6 +100,13 @@ def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOC
     if backend not in ("postgresql", "mysql"):
         yield True
         return
+    with _server_lock(url, backend, key, name, wait, timeout_s) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def _server_lock(url: str, backend: str, key: bytes, name: str, wait: bool, timeout_s: float) -> Iterator[bool]:
+    """study_lock on PostgreSQL (an advisory lock) or MySQL (``GET_LOCK``), held by a connection of its own."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.pool import NullPool
 

@@ -43,10 +43,7 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
     """Store the result on the trial (docs/storage.md) and finish it with the right state. A run that failed
     on a full disk is no verdict on its configuration: it is recorded as interrupted (retried on resume) and
     the run stops with one line (:class:`DiskFull`)."""
-    full = out_of_space(result)
-    if full is not None:
-        tell_interrupted(study, trial, f"not finished: {full}; it is retried on resume")
-        raise DiskFull(f"{full}; free space there and rerun: the trial is retried, finished trials are kept")
+    _stop_if_disk_full(study, trial, result)
     attrs: dict[str, Any] = {
         "outcome": result.outcome.value,
         "reason": result.reason,
@@ -110,6 +107,13 @@ MIN_FREE_BYTES = 1 << 20
 
 class DiskFull(AutotuneError):
     """A trial's folder ran out of space while it ran; the run stops (exit status 1)."""
+
+
+def _stop_if_disk_full(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
+    full = out_of_space(result)
+    if full is not None:
+        tell_interrupted(study, trial, f"not finished: {full}; it is retried on resume")
+        raise DiskFull(f"{full}; free space there and rerun: the trial is retried, finished trials are kept")
 
 
 def out_of_space(result: TrialResult) -> str | None:
