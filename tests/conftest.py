@@ -227,6 +227,45 @@ def _postgres_bin() -> Path | None:
     return Path(versions[-1]).parent if versions else None
 
 
+@dataclass(frozen=True)
+class PostgresControl:
+    """The session's PostgreSQL, to stop and start it (a storage outage)."""
+
+    pg_ctl: tuple[str, ...]  # pg_ctl -D DATA, as the server's user
+    options: str
+    log: Path
+
+    def running(self) -> bool:
+        return _run([*self.pg_ctl, "status"]).returncode == 0
+
+    def stop(self) -> None:
+        """A fast shutdown, as for maintenance: open connections are cut."""
+        out = _run([*self.pg_ctl, "-m", "fast", "-w", "-t", "60", "stop"], timeout=90)
+        if out.returncode != 0:
+            pytest.fail(f"PostgreSQL did not stop: {out.stderr.strip()[-400:]}\n{_tail(self.log)}")
+
+    def start(self) -> None:
+        """Start it again (on the same port), once it accepts connections; nothing when it runs."""
+        if self.running():
+            return
+        out = _run([*self.pg_ctl, "-o", self.options, "-l", str(self.log), "-w", "-t", "60", "start"], timeout=90)
+        if out.returncode != 0:
+            pytest.fail(f"PostgreSQL did not start again: {out.stderr.strip()[-400:]}\n{_tail(self.log)}")
+
+
+_POSTGRES: list[PostgresControl] = []  # the session's server, once started
+
+
+@pytest.fixture
+def postgres_control(postgres_server: str) -> Iterator[PostgresControl]:
+    """Stop and start the session's PostgreSQL in a test; it runs again afterwards, whatever the test did."""
+    control = _POSTGRES[0]
+    try:
+        yield control
+    finally:
+        control.start()
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """A private PostgreSQL (trust auth, fsync off) on a free local port: its base URL, no database."""
@@ -251,6 +290,7 @@ def postgres_server() -> Iterator[str]:
                             "-w", "-t", "60", "start"]), timeout=90)
     if start.returncode != 0:
         pytest.fail(f"PostgreSQL did not start: {start.stderr.strip()[-400:]}\n{_tail(log)}")
+    _POSTGRES[:] = [PostgresControl(tuple(_as(user, [str(bin_dir / "pg_ctl"), "-D", str(data)])), options, log)]
     try:
         yield f"postgresql+psycopg://autotune@127.0.0.1:{port}"
     finally:

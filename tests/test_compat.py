@@ -82,3 +82,67 @@ def test_a_sampler_can_be_given_optunas_own_acquisition_search() -> None:
             study.optimize(objective, n_trials=4)
             assert len(study.trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     assert optuna_private.with_optuna_acquisition_search(OwnSearch).__name__ == "OwnSearchWithOptunaSearch"
+
+
+class _Twice:
+    """A guard that makes every call twice, as a retry after a commit whose answer was lost would."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.attempts = 0
+        self.twice = False
+
+    def __call__(self, call):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.twice:
+            call()
+        return call()
+
+    def attempt(self, call):  # type: ignore[no-untyped-def]
+        self.attempts += 1
+        call()
+
+
+def test_a_guarded_storage_makes_every_call_through_its_guard_and_a_repeated_finish_is_a_success(
+    tmp_path: Path,
+) -> None:
+    rdb = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'g.db'}", heartbeat_interval=60)
+    guard = _Twice()
+    storage = optuna_private.guarded_storage(rdb, guard)
+    assert optuna_private.rdb_of(storage) is rdb
+    study = optuna.create_study(storage=storage, study_name="g")
+    guard.twice = True
+    trial = study.ask()  # create_new_trial twice: a second, orphaned RUNNING trial, as a lost answer leaves
+    trial.set_user_attr("k", 1)
+    with optuna_private.heartbeat_thread(trial, study):
+        pass
+    study.tell(trial, 1.0)  # its finish, tried twice: the second finds it done by the first, not an error
+    assert guard.calls > 5 and guard.attempts >= 1
+    done = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert [(t.number, t.value, t.user_attrs) for t in done] == [(trial.number, 1.0, {"k": 1})]
+    # at the first try, a trial someone else finished is still an error (a stale trial failed by another worker)
+    once = optuna_private.guarded_storage(rdb, _Once())
+    finished = optuna_private.trial_id(study.ask())
+    once.set_trial_state_values(finished, optuna.trial.TrialState.FAIL)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        once.set_trial_state_values(finished, optuna.trial.TrialState.FAIL)
+
+
+class _Once:
+    def __call__(self, call):  # type: ignore[no-untyped-def]
+        return call()
+
+    def attempt(self, call):  # type: ignore[no-untyped-def]
+        call()
+
+
+def test_rdb_storage_notices_of_a_lost_connection_are_dropped_others_kept() -> None:
+    import logging
+
+    optuna_private.quiet_lost_connection_notices()
+    logger = logging.getLogger(optuna_private.RDB_LOGGER)
+    lost = logger.makeRecord(logger.name, logging.WARNING, __file__, 1, "Caught an error from sqlalchemy: "
+                             "(psycopg.OperationalError) server closed the connection unexpectedly", (), None)
+    limit = logger.makeRecord(logger.name, logging.WARNING, __file__, 1, "Caught an error from sqlalchemy: "
+                              "too many SQL variables. Falling back to a slower alternative.", (), None)
+    assert not logger.filter(lost) and logger.filter(limit)

@@ -17,7 +17,7 @@ from typing import Any
 from autotune.calibration._calibration import Calibration
 from autotune.errors import UsageError
 from autotune.spec import StudySpec, parse_spec
-from autotune.tuner import Observer, Tuner, TuneSummary, read_study, summarize
+from autotune.tuner import Interrupted, Observer, Tuner, TuneSummary, read_study, summarize
 from autotune.workload_check import load_spec
 
 __all__ = ["calibrate", "load_calibration"]
@@ -104,10 +104,20 @@ def calibrate(
 
     Raises:
         UsageError: bad input (study file, overrides) or when called inside a distributed rank.
+        KeyboardInterrupt: Ctrl-C, once the running trial is stopped and recorded.
+        autotune.tuner.Interrupted: SIGTERM, once the running trial is stopped and recorded and the signal was
+            handed to the caller's own SIGTERM handler, which returned. Without one, SIGTERM's default action
+            ends the process, as it would without calibrate().
     """
     _refuse_inside_a_rank()
     spec = _resolve(study, overrides)
-    summary = Tuner(spec, observer=observer).run(n_trials=n_trials, timeout_s=timeout_s)
+    try:
+        summary = Tuner(spec, observer=observer).run(n_trials=n_trials, timeout_s=timeout_s)
+    except Interrupted as stop:
+        # The running trial is stopped, recorded as interrupted and its processes gone. The signal then reaches
+        # the launcher as it would have without calibrate(): its own handler, or the default action.
+        stop.redeliver()
+        raise
     return _from_summary(summary, spec)
 
 

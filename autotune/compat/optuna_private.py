@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 GPSamplerT = TypeVar("GPSamplerT", bound=optuna.samplers.GPSampler)
+T = TypeVar("T")
 
 #: GPSampler's private attributes and methods that autotune's samplers set or override (autotune.samplers._gp):
 #: the least noise variance of a fit, the fit's cache, the acquisition search, its settings and random state.
@@ -69,9 +72,124 @@ def cached_trial(trial: optuna.Trial) -> FrozenTrial:
 
 
 def rdb_of(storage: BaseStorage) -> RDBStorage | None:
-    """The RDB storage behind ``storage`` (Optuna wraps it in a cache, ``_backend``), or None."""
-    backend = getattr(storage, "_backend", storage)
-    return backend if isinstance(backend, RDBStorage) else None
+    """The RDB storage behind ``storage`` (Optuna wraps it in a cache, ``_backend``; a
+    :class:`GuardedStorage` wraps that), or None."""
+    for _ in range(3):
+        if isinstance(storage, RDBStorage):
+            return storage
+        storage = getattr(storage, "_backend", storage)
+    return None
+
+
+class Guard(Protocol):
+    """How a :class:`GuardedStorage` makes its calls: ``guard(call)`` returns ``call()`` (waiting out an
+    outage, or raising); ``guard.attempt(call)`` tries once and may skip it (a heartbeat)."""
+
+    def __call__(self, call: Callable[[], T]) -> T: ...
+
+    def attempt(self, call: Callable[[], object]) -> None: ...
+
+
+def _guarded(name: str) -> Callable[..., Any]:
+    def method(self: GuardedStorage, *args: Any, **kwargs: Any) -> Any:
+        inner = getattr(self._backend, name)
+        return self.guard(lambda: inner(*args, **kwargs))
+
+    method.__name__ = name
+    return method
+
+
+class _LostConnection(logging.Filter):
+    """Drops RDBStorage's notice that a read failed and it falls back to a slower query when the read failed
+    because the connection was lost: the fallback fails too, and the storage's guard says it in one line."""
+
+    WORDS = ("connection", "server closed", "terminating", "could not connect", "shutting down", "starting up")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Caught an error from sqlalchemy") and any(w in text for w in self.WORDS))
+
+
+#: The logger of ``optuna.storages._rdb.storage`` (its notices: "Caught an error from sqlalchemy: ...").
+RDB_LOGGER = "optuna.storages._rdb.storage"
+
+
+def quiet_lost_connection_notices() -> None:
+    """Install :class:`_LostConnection` on Optuna's RDB storage logger (once)."""
+    logger = logging.getLogger(RDB_LOGGER)
+    if not any(isinstance(f, _LostConnection) for f in logger.filters):
+        logger.addFilter(_LostConnection())
+
+
+def guarded_storage(rdb: RDBStorage, guard: Guard) -> GuardedStorage:
+    """``rdb`` as Optuna would use it (in its cache, ``get_storage``), every call through ``guard``."""
+    return GuardedStorage(optuna.storages.get_storage(rdb), guard)
+
+
+class GuardedStorage(BaseStorage, BaseHeartbeat):
+    """Optuna's storage (``_CachedStorage`` over an RDBStorage) with every call made through ``guard``: the one
+    seam where autotune waits out a storage outage. Optuna sees a storage with heartbeats, as before.
+
+    Two calls are not plain retries. ``set_trial_state_values`` retried after a lost connection may find its
+    own earlier try committed (the trial already in that state): that is its success, not
+    UpdateFinishedTrialError. ``record_heartbeat`` is tried once and skipped while the storage is away.
+    """
+
+    def __init__(self, backend: BaseStorage, guard: Guard) -> None:
+        self._backend: Any = backend
+        self.guard = guard
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else Optuna or autotune reads of the storage (remove_session, the RDB's attributes).
+        return getattr(self.__dict__["_backend"], name)
+
+    create_new_study = _guarded("create_new_study")
+    delete_study = _guarded("delete_study")
+    set_study_user_attr = _guarded("set_study_user_attr")
+    set_study_system_attr = _guarded("set_study_system_attr")
+    get_study_id_from_name = _guarded("get_study_id_from_name")
+    get_study_name_from_id = _guarded("get_study_name_from_id")
+    get_study_directions = _guarded("get_study_directions")
+    get_study_user_attrs = _guarded("get_study_user_attrs")
+    get_study_system_attrs = _guarded("get_study_system_attrs")
+    get_all_studies = _guarded("get_all_studies")
+    create_new_trial = _guarded("create_new_trial")
+    set_trial_param = _guarded("set_trial_param")
+    get_trial_id_from_study_id_trial_number = _guarded("get_trial_id_from_study_id_trial_number")
+    get_trial_number_from_id = _guarded("get_trial_number_from_id")
+    get_trial_param = _guarded("get_trial_param")
+    set_trial_intermediate_value = _guarded("set_trial_intermediate_value")
+    set_trial_user_attr = _guarded("set_trial_user_attr")
+    set_trial_system_attr = _guarded("set_trial_system_attr")
+    get_trial = _guarded("get_trial")
+    get_all_trials = _guarded("get_all_trials")
+    get_n_trials = _guarded("get_n_trials")
+    get_best_trial = _guarded("get_best_trial")
+    get_trial_params = _guarded("get_trial_params")
+    get_trial_user_attrs = _guarded("get_trial_user_attrs")
+    get_trial_system_attrs = _guarded("get_trial_system_attrs")
+    _get_stale_trial_ids = _guarded("_get_stale_trial_ids")
+    get_heartbeat_interval = _guarded("get_heartbeat_interval")
+    get_heartbeat_stale_trial_callback = _guarded("get_heartbeat_stale_trial_callback")
+    get_failed_trial_callback = _guarded("get_failed_trial_callback")
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        tries = 0
+
+        def call() -> bool:
+            nonlocal tries
+            tries += 1
+            try:
+                return bool(self._backend.set_trial_state_values(trial_id, state=state, values=values))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if tries > 1 and self._backend.get_trial(trial_id).state == state:
+                    return True  # an earlier try committed before its connection dropped
+                raise
+
+        return self.guard(call)
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        self.guard.attempt(lambda: self._backend.record_heartbeat(trial_id))
 
 
 @contextlib.contextmanager
@@ -130,8 +248,8 @@ def missing() -> list[str]:
     """Every private name above that this Optuna lacks, as ``module.name`` (empty when all are there)."""
     gone: list[str] = []
     for module, names in (
-        ("optuna.storages._heartbeat", ("get_heartbeat_thread",)),
-        ("optuna.storages._rdb.storage", ("_create_scoped_session",)),
+        ("optuna.storages._heartbeat", ("get_heartbeat_thread", "BaseHeartbeat")),
+        ("optuna.storages._rdb.storage", ("_create_scoped_session", "_logger")),
         ("optuna.storages._rdb.models", ("TrialUserAttributeModel", "TrialSystemAttributeModel")),
         *((name, ()) for name in GP_MODULES),
     ):

@@ -9,10 +9,8 @@ results back live in their own modules of this package; the loop calls them.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-import warnings
 from collections.abc import Callable
 
 import optuna
@@ -21,12 +19,11 @@ from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
 from autotune.compat import optuna_private
-from autotune.errors import LaunchError
 from autotune.objectives import Group, config_key
 from autotune.samplers import preload_gp
 from autotune.search_space import SearchSpace, TrialConfig, study_space
 from autotune.spec import StudySpec
-from autotune.trial_result import Outcome, TrialResult, Window
+from autotune.trial_result import TrialResult, Window
 from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, trace_event, traced
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
@@ -38,6 +35,7 @@ from autotune.tuner._recovery import (
     Heartbeat,
     Interrupted,
     ask,
+    others_at_work,
     recover,
     signals_as_interrupts,
     worker_identity,
@@ -48,7 +46,7 @@ from autotune.tuner._second_look import SECOND_LOOK, queue_second_look
 from autotune.tuner._stop_rule import check as check_broken_workload
 from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
-from autotune.tuner._telling import pruning_hook, tell, tell_interrupted
+from autotune.tuner._telling import pruning_hook, run_guarded, tell, tell_unless_stale
 from autotune.tuner._warm_start import warm_start
 from autotune.tuner._writes import set_user_attrs
 
@@ -115,41 +113,9 @@ class Tuner:
         launcher = self.launcher or make_launcher(self.spec)
         with signals_as_interrupts():
             try:
-                try:
-                    # The launcher's zygote and the GP's modules load while the study is opened.
-                    loader = self._prepare(launcher)
-                    study = self.open()
-                    self.recover(study)
-                    with study_lock(self.url, study.study_name):  # workers started together queue one baseline
-                        self.ensure_baseline(study)
-                    if loader is not None:
-                        with traced("preload_gp"):
-                            loader.join(timeout=120)
-                except KeyboardInterrupt:
-                    raise Interrupted(130, trial_stopped=False) from None  # no trial of ours runs: nothing to record
+                study = self._start(launcher)
                 deadline = None if timeout_s is None else self.clock() + timeout_s
-                done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
-                self.observer.study_opened(study, target, done)
-                index = 0
-                while target is None or done < target:
-                    reserve = confirm_reserve_s(study, self.spec, timeout_s)
-                    if deadline is not None and self.clock() + reserve > deadline:
-                        break
-                    try:
-                        with traced("claim"):  # recovery, the study lock, the sampler's fit (ask)
-                            trial = self.claim(study, target)
-                        if trial is None:
-                            # The rest of the budget runs in other workers: wait, in case one dies and its
-                            # trial comes back to the queue.
-                            time.sleep(WAIT_FOR_OTHERS_S)
-                    except KeyboardInterrupt:
-                        raise Interrupted(130, trial_stopped=False) from None  # none of ours runs: nothing to record
-                    if trial is not None:
-                        index += 1
-                        self.run_one(study, launcher, index=index, target=target, trial=trial)
-                        with traced("after_trial", trial=trial.number):
-                            check_broken_workload(study, self.spec.source)  # the same crash each time: stop
-                    done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+                self._search(study, launcher, target, timeout_s, deadline)
                 trace_event("search_end", time.time())
                 # One worker confirms; the others leave it the study (their summary is not confirmed yet).
                 with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
@@ -161,6 +127,52 @@ class Tuner:
         summary = summarize(study, self.spec)
         self.observer.finished(summary)
         return summary
+
+    def _start(self, launcher: Launcher) -> optuna.Study:
+        """Open the study, recover what a dead run left, queue the baseline once; the launcher's zygote and the
+        GP's modules load meanwhile."""
+        try:
+            loader = self._prepare(launcher)
+            study = self.open()
+            self.recover(study)
+            for line in others_at_work(study, self.identity):  # a second run on one study says so
+                self.observer.note(line)
+            with study_lock(self.url, study.study_name):  # workers started together queue one baseline
+                self.ensure_baseline(study)
+            if loader is not None:
+                with traced("preload_gp"):
+                    loader.join(timeout=120)
+            return study
+        except KeyboardInterrupt:
+            raise Interrupted(130, trial_stopped=False) from None  # no trial of ours runs: nothing to record
+
+    def _search(
+        self, study: optuna.Study, launcher: Launcher, target: int | None, timeout_s: float | None,
+        deadline: float | None,
+    ) -> None:
+        """Claim and run trials until ``target`` trials count, or the deadline less the confirmation's reserve."""
+        done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
+        self.observer.study_opened(study, target, done)
+        index = 0
+        while target is None or done < target:
+            reserve = confirm_reserve_s(study, self.spec, timeout_s)
+            if deadline is not None and self.clock() + reserve > deadline:
+                break
+            try:
+                with traced("claim"):  # recovery, the study lock, the sampler's fit (ask)
+                    trial = self.claim(study, target)
+                if trial is None:
+                    # The rest of the budget runs in other workers: wait, in case one dies and its trial comes
+                    # back to the queue.
+                    time.sleep(WAIT_FOR_OTHERS_S)
+            except KeyboardInterrupt:
+                raise Interrupted(130, trial_stopped=False) from None  # none of ours runs: nothing to record
+            if trial is not None:
+                index += 1
+                self.run_one(study, launcher, index=index, target=target, trial=trial)
+                with traced("after_trial", trial=trial.number):
+                    check_broken_workload(study, self.spec.source)  # the same crash each time: stop
+            done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
 
     def _prepare(self, launcher: Launcher) -> threading.Thread | None:
         """Before the study is opened, side by side: the launcher starts what its launches reuse (the warm
@@ -228,19 +240,7 @@ class Tuner:
         prepared = time.time()
         trial = trial or ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
-        sampler = None  # the sampler that proposed the configuration, recorded on the trials it proposed
-        if ("config" in trial.user_attrs and role != ROLE_SEARCH) or {"retry_of", SECOND_LOOK} & set(trial.user_attrs):
-            config = TrialConfig.model_validate(trial.user_attrs["config"])
-            record_params(self.space, trial, config)
-        else:
-            with traced("suggest", trial=trial.number):  # the sampler's fit and search, a commit per knob
-                config = self.space.suggest(trial)
-            if "warm_start" not in trial.user_attrs:  # an earlier study's best, queued: not the sampler's
-                sampler = self._sampler_of(study, trial.number)
-        key = config_key(config.model_dump())
-        attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity}
-        with traced("config_attrs", trial=trial.number):
-            set_user_attrs(trial, attrs if sampler is None else {**attrs, "sampler": sampler})
+        config = self._configure(study, trial, role)
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
         with traced("memory_gate", trial=trial.number):
@@ -256,49 +256,38 @@ class Tuner:
             beat()
             self.observer.trial_progress(elapsed, windows)
 
-        try:
+        def launch() -> TrialResult:
             # Heartbeats from a thread too: a launch may wait (for a core lease) longer than the grace period.
             with optuna_private.heartbeat_thread(trial, study), traced(
                 "run_trial", trial=trial.number, trial_dir=str(trial_dir)
             ):
-                result = self._run_trial(
-                    plan_for(self.spec, config, evaluate=self.spec.evaluates(searching=role != ROLE_CONFIRM)),
-                    trial_dir,
-                    launcher,
-                    max_memory_mb=self.spec.constraints.max_memory_mb,
-                    on_window=on_window,
-                    on_tick=on_tick,
-                )
-        except (KeyboardInterrupt, Interrupted) as stop:
-            tell_interrupted(study, trial)
-            if isinstance(stop, Interrupted):
-                raise
-            raise Interrupted(130) from None
-        except LaunchError as e:
-            # autotune could not start it (its folder, the launcher): no verdict on the configuration, which
-            # is retried when the study is resumed; the run stops with the one-line error.
-            tell_interrupted(study, trial, f"not started: {e}; it is retried on resume")
-            raise
-        except BaseException:
-            with contextlib.suppress(Exception):
-                trial.set_user_attr("outcome", Outcome.CRASHED.value)
-                trial.set_user_attr("reason", "autotune failed while running this trial")
-                study.tell(trial, state=TrialState.FAIL)
-            raise
-        try:
-            with traced("tell", trial=trial.number):
-                self.tell(study, trial, result)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            # Another worker failed this trial as stale (our heartbeat lapsed, e.g. a frozen machine) and
-            # queued it again; the study keeps that retry, this run's result stays in its folder.
-            warnings.warn(
-                f"trial {trial.number} was failed as stale by another worker while it ran; its result is kept "
-                f"in {result.trial_dir} only, the study re-runs it",
-                stacklevel=2,
-            )
-            return result
-        self.observer.trial_finished(trial.number, role, config, result)
+                plan = plan_for(self.spec, config, evaluate=self.spec.evaluates(searching=role != ROLE_CONFIRM))
+                return self._run_trial(plan, trial_dir, launcher, max_memory_mb=self.spec.constraints.max_memory_mb,
+                                       on_window=on_window, on_tick=on_tick)
+
+        result = run_guarded(study, trial, launch)
+        with traced("tell", trial=trial.number):
+            if tell_unless_stale(self.tell, study, trial, result):
+                self.observer.trial_finished(trial.number, role, config, result)
         return result
+
+    def _configure(self, study: optuna.Study, trial: optuna.Trial, role: str) -> TrialConfig:
+        """The trial's configuration, queued (the baseline, a confirmation, a retry, a second look) or suggested by
+        the sampler, stored on the trial with the sampler that proposed it."""
+        sampler = None  # the sampler that proposed the configuration, recorded on the trials it proposed
+        if ("config" in trial.user_attrs and role != ROLE_SEARCH) or {"retry_of", SECOND_LOOK} & set(trial.user_attrs):
+            config = TrialConfig.model_validate(trial.user_attrs["config"])
+            record_params(self.space, trial, config)
+        else:
+            with traced("suggest", trial=trial.number):  # the sampler's fit and search, a commit per knob
+                config = self.space.suggest(trial)
+            if "warm_start" not in trial.user_attrs:  # an earlier study's best, queued: not the sampler's
+                sampler = self._sampler_of(study, trial.number)
+        key = config_key(config.model_dump())
+        attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity}
+        with traced("config_attrs", trial=trial.number):
+            set_user_attrs(trial, attrs if sampler is None else {**attrs, "sampler": sampler})
+        return config
 
     def _sampler_of(self, study: optuna.Study, number: int) -> str:
         """The sampler that proposed search trial ``number``: the study file's, or ``tpe`` past the GP's

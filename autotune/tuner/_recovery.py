@@ -37,6 +37,16 @@ class Interrupted(BaseException):
         self.exit_code = exit_code
         self.trial_stopped = trial_stopped
 
+    def redeliver(self) -> None:
+        """Hand the signal that stopped the run to the caller, now that the tuner's handler is gone, as if the
+        tuner had not been there: SIGTERM again to this process (the caller's own handler runs, or the default
+        action ends the process), KeyboardInterrupt for Ctrl-C (the tuner never took SIGINT's handler). Returns
+        only when the caller's SIGTERM handler returns."""
+        if self.exit_code == 143:
+            signal.raise_signal(signal.SIGTERM)
+            return
+        raise KeyboardInterrupt from self
+
 
 def worker_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": psutil.Process().create_time()}
@@ -95,6 +105,21 @@ def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
     return recovered
 
 
+def others_at_work(study: optuna.Study, identity: dict[str, Any]) -> list[str]:
+    """One line per other `autotune run` (or ``calibrate()``) whose trial is running in ``study`` now: a second
+    run on a study shares its budget with the first, and says so, naming it."""
+    others: dict[tuple[Any, Any], int] = {}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = trial.user_attrs.get("worker")
+        if isinstance(worker, dict) and (worker.get("host"), worker.get("pid")) != (identity["host"], identity["pid"]):
+            others.setdefault((worker.get("host"), worker.get("pid")), trial.number)
+    return [
+        f"another autotune run (pid {pid} on {host}, running trial #{number}) is working on this study: the runs "
+        "share its budget"
+        for (host, pid), number in sorted(others.items(), key=lambda item: str(item[0]))
+    ]
+
+
 def retry(study: optuna.Study, trial: FrozenTrial) -> None:
     """Queue ``trial``'s configuration again, in its role, marked as a retry of it."""
     attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "config", "confirms")}
@@ -128,10 +153,11 @@ class Heartbeat:
 
 @contextlib.contextmanager
 def signals_as_interrupts() -> Iterator[None]:
-    """SIGTERM raises Interrupted(143) in the main thread (SIGINT already raises KeyboardInterrupt)."""
+    """SIGTERM raises Interrupted(143) in the main thread (SIGINT already raises KeyboardInterrupt). A SIGTERM
+    the process ignores (SIG_IGN) stays ignored."""
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         yield
         return
 

@@ -16,24 +16,30 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 
+from autotune.compat import optuna_private
 from autotune.errors import AutotuneError, first_line
 from autotune.spec import redact_url
+from autotune.tuner._outage import Patience, patience_for
 
 HEARTBEAT_INTERVAL_S = 5
 GRACE_PERIOD_S = 30
 LOCK_TIMEOUT_S = 120.0
+CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK = "autotune-schema"  # creating tables and studies: one process at a time per database
 
 
 def make_storage(url: str) -> BaseStorage:
-    """An RDB storage with heartbeats, so a trial whose tuner died is failed and retried by the next one."""
+    """An RDB storage with heartbeats, so a trial whose tuner died is failed and retried by the next one; every
+    call to it waits out an outage of the database (:mod:`autotune.tuner._outage`)."""
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         # Several tuners on one machine share the file: wait for the lock instead of failing at once.
         engine_kwargs["connect_args"] = {"timeout": 60}
     else:
         engine_kwargs["pool_pre_ping"] = True
-    try:
+        engine_kwargs["connect_args"] = _connect_args(url)
+
+    def connect() -> optuna.storages.RDBStorage:
         with quiet():
             return optuna.storages.RDBStorage(
                 url,
@@ -42,8 +48,16 @@ def make_storage(url: str) -> BaseStorage:
                 grace_period=GRACE_PERIOD_S,
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
             )
+
+    patience = patience_for(url, fresh=True)
+    try:
+        rdb = patience(connect)  # a worker (re)started while the database restarts waits for it too
+    except AutotuneError:
+        raise
     except Exception as e:
         raise AutotuneError(f"cannot open storage {redact_url(url)}: {first_line(e)}") from None
+    optuna_private.quiet_lost_connection_notices()
+    return optuna_private.guarded_storage(rdb, patience)
 
 
 @contextlib.contextmanager
@@ -86,6 +100,13 @@ def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOC
     if backend not in ("postgresql", "mysql"):
         yield True
         return
+    with _server_lock(url, backend, key, name, wait, timeout_s) as held:
+        yield held
+
+
+@contextlib.contextmanager
+def _server_lock(url: str, backend: str, key: bytes, name: str, wait: bool, timeout_s: float) -> Iterator[bool]:
+    """study_lock on PostgreSQL (an advisory lock) or MySQL (``GET_LOCK``), held by a connection of its own."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.pool import NullPool
 
@@ -97,24 +118,49 @@ def study_lock(url: str, name: str, *, wait: bool = True, timeout_s: float = LOC
         label = "autotune:" + key.hex()[:40]
         take = text("SELECT GET_LOCK(:k, 0)").bindparams(k=label)
         give = text("SELECT RELEASE_LOCK(:k)").bindparams(k=label)
-    engine = create_engine(url, poolclass=NullPool)
+    engine = create_engine(url, poolclass=NullPool, connect_args=_connect_args(url))
+
+    def acquire() -> tuple[Any, bool]:
+        conn = engine.connect()
+        try:
+            held = _poll(lambda: bool(conn.execute(take).scalar()), url, name, wait, timeout_s)
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn, held
+
     try:
         try:
-            conn = engine.connect()
+            conn, held = patience_for(url)(acquire)  # a database restarting is waited for, as every call is
+        except AutotuneError:
+            raise
         except Exception as e:
             raise AutotuneError(f"cannot open storage {redact_url(url)}: {first_line(e)}") from None
         with conn:
-            held = _poll(lambda: bool(conn.execute(take).scalar()), url, name, wait, timeout_s)
-            conn.commit()
             try:
                 yield held
             finally:
                 if held:
-                    with contextlib.suppress(Exception):
+                    with contextlib.suppress(Exception):  # a restarted server has dropped it already
                         conn.execute(give)
                         conn.commit()
     finally:
         engine.dispose()
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    # A host that does not answer at all: a failed try, waited out like a refused one, not a hang.
+    return {"connect_timeout": CONNECT_TIMEOUT_S} if url.startswith("postgresql") else {}
+
+
+def unless_down(storage: BaseStorage, call: Callable[[], object]) -> bool:
+    """``call()`` (a write to ``storage`` that may be skipped), True when it ran, False when skipped because the
+    storage is unreachable right now (:meth:`autotune.tuner._outage.Patience.unless_down`)."""
+    if isinstance(storage, optuna_private.GuardedStorage) and isinstance(storage.guard, Patience):
+        return storage.guard.unless_down(call)
+    call()
+    return True
 
 
 def _flock(fd: int) -> bool:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.compat import optuna_private
+from autotune.errors import AutotuneError, LaunchError
 from autotune.objectives import (
     constraint_values,
     is_reference,
@@ -27,15 +32,19 @@ from autotune.pruners import DominancePruner
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import traced
-from autotune.tuner._recovery import retry
+from autotune.tuner._recovery import Interrupted, retry
 from autotune.tuner._roles import INTERRUPTED
+from autotune.tuner._storage import unless_down
 from autotune.tuner._writes import set_user_attrs
 
 Attach = Callable[[optuna.Study, int, str], None]  # (study, trial number, trial folder): files as artifacts
 
 
 def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: TrialResult, attach: Attach) -> None:
-    """Store the result on the trial (docs/storage.md) and finish it with the right state."""
+    """Store the result on the trial (docs/storage.md) and finish it with the right state. A run that failed
+    on a full disk is no verdict on its configuration: it is recorded as interrupted (retried on resume) and
+    the run stops with one line (:class:`DiskFull`)."""
+    _stop_if_disk_full(study, trial, result)
     attrs: dict[str, Any] = {
         "outcome": result.outcome.value,
         "reason": result.reason,
@@ -93,6 +102,40 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         study.tell(trial, state=state)
 
 
+#: A trial folder's device with less free space than this, under a trial that did not end well: a full disk.
+MIN_FREE_BYTES = 1 << 20
+
+
+class DiskFull(AutotuneError):
+    """A trial's folder ran out of space while it ran; the run stops (exit status 1)."""
+
+
+def _stop_if_disk_full(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
+    full = out_of_space(result)
+    if full is not None:
+        tell_interrupted(study, trial, f"not finished: {full}; it is retried on resume")
+        raise DiskFull(f"{full}; free space there and rerun: the trial is retried, finished trials are kept")
+
+
+def out_of_space(result: TrialResult) -> str | None:
+    """What a full disk cost ``result``, in words naming the folder, when its run did not end well and its
+    folder's device has (almost) no space left; else None."""
+    if result.outcome in (Outcome.COMPLETE, Outcome.PRUNED) or not result.trial_dir:
+        return None
+    folder = Path(result.trial_dir)
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return None
+    if stat.f_bavail * stat.f_frsize >= MIN_FREE_BYTES:
+        return None
+    mount = folder
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return (f"no space left on the device of {mount}: the trial's files (metrics, logs, result) in {folder} could "
+            "not be written")
+
+
 def _worst_value(study: optuna.Study, objective: Any) -> float:
     """A value for an infeasible trial that measured nothing: no better than anything measured."""
     if objective.direction == "maximize":
@@ -128,9 +171,17 @@ def pruning_hook(
         value_of = running_value(objective)  # time_to_loss: the estimate from the windows so far
 
         def single(window: Window) -> bool:
-            with traced("report", trial=trial.number):
+            decided: list[bool] = []
+
+            def report() -> None:
                 trial.report(value_of(window), report_step(spec, window))
-                return prune and bool(trial.should_prune())
+                decided.append(prune and bool(trial.should_prune()))
+
+            with traced("report", trial=trial.number):
+                # While the storage is away the trial runs on under its limits, unreported (its windows are
+                # stored with its result); its pruning resumes with the storage.
+                unless_down(optuna_private.storage_of(study), report)
+            return bool(decided and decided[0])
 
         return single
     if spec.pruner.name == "none" or not prune:
@@ -178,3 +229,45 @@ def window_values(window: Sequence[Any], spec: StudySpec) -> list[float] | None:
         return None  # not stored per window (eval_loss; time_to_loss of an older trial): not compared
     values = [window[index[o.key]] for o in spec.objectives]
     return None if any(v is None for v in values) else [float(v) for v in values]
+
+
+def run_guarded(study: optuna.Study, trial: optuna.Trial, launch: Callable[[], TrialResult]) -> TrialResult:
+    """``launch()``'s result; when it does not return one, the trial is finished with why before the exception
+    goes on: interrupted by Ctrl-C/SIGTERM (:class:`Interrupted`, 130 for Ctrl-C), interrupted and retried on
+    resume when autotune could not start it (:class:`LaunchError`: its folder, the launcher; no verdict on the
+    configuration), failed when autotune itself failed."""
+    try:
+        return launch()
+    except (KeyboardInterrupt, Interrupted) as stop:
+        tell_interrupted(study, trial)
+        if isinstance(stop, Interrupted):
+            raise
+        raise Interrupted(130) from None
+    except LaunchError as e:
+        tell_interrupted(study, trial, f"not started: {e}; it is retried on resume")
+        raise
+    except BaseException:
+        with contextlib.suppress(Exception):
+            trial.set_user_attr("outcome", Outcome.CRASHED.value)
+            trial.set_user_attr("reason", "autotune failed while running this trial")
+            study.tell(trial, state=TrialState.FAIL)
+        raise
+
+
+def tell_unless_stale(
+    tell: Callable[[optuna.Study, optuna.Trial, TrialResult], None], study: optuna.Study, trial: optuna.Trial,
+    result: TrialResult,
+) -> bool:
+    """Tell the result; False when another worker had failed this trial as stale meanwhile (our heartbeat lapsed,
+    e.g. a frozen machine) and queued it again: the study keeps that retry, this run's result stays in its
+    folder."""
+    try:
+        tell(study, trial, result)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        warnings.warn(
+            f"trial {trial.number} was failed as stale by another worker while it ran; its result is kept "
+            f"in {result.trial_dir} only, the study re-runs it",
+            stacklevel=3,
+        )
+        return False
+    return True

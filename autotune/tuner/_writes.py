@@ -30,11 +30,17 @@ def _write(storage: BaseStorage, trial_id: int, user: dict[str, Any], system: di
         for key, value in system.items():
             storage.set_trial_system_attr(trial_id, key, value)
         return
-    with optuna_private.attr_writer(rdb) as write:
-        for key, value in user.items():
-            write(True, trial_id, key, value)
-        for key, value in system.items():
-            write(False, trial_id, key, value)
+
+    def batch() -> None:
+        with optuna_private.attr_writer(rdb) as write:
+            for key, value in user.items():
+                write(True, trial_id, key, value)
+            for key, value in system.items():
+                write(False, trial_id, key, value)
+
+    # Past Optuna's storage object: made through the storage's guard (a database restarting is waited for).
+    guard = storage.guard if isinstance(storage, optuna_private.GuardedStorage) else None
+    guard(batch) if guard is not None else batch()
 
 
 

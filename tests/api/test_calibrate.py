@@ -139,3 +139,26 @@ print(calibration.config.amp, calibration.default_is_best, subreaper())
                          check=False, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split()[-3:] == ["off", "True", "0"]  # the baseline alone: the default is the choice
+
+
+def test_ctrl_c_inside_calibrate_is_the_launchers_keyboard_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reaches the launcher as it would without calibrate(): a KeyboardInterrupt (the tuner's own
+    Interrupted is its cause), once what ran is recorded and the launcher closed."""
+    from autotune.tuner import Interrupted, NoLaunch, _loop
+
+    closed: list[bool] = []
+
+    class CtrlCWhilePreparing(NoLaunch):
+        def prepare(self, plan: object) -> None:
+            raise KeyboardInterrupt
+
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(_loop, "make_launcher", lambda spec: CtrlCWhilePreparing())
+    with pytest.raises(KeyboardInterrupt) as stop:
+        autotune.calibrate(_study(tmp_path), n_trials=2)
+    assert isinstance(stop.value.__cause__, Interrupted) and stop.value.__cause__.exit_code == 130
+    assert closed == [True]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -90,4 +91,44 @@ def test_concurrent_workers_share_one_sqlite_study(
     spans = sorted((*_measured_span(Path(f)), f in raced) for f in folders)
     overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1] and not (a[2] and b[2])]
     assert not overlaps, f"trials ran at the same time: {overlaps}"
+    assert_nothing_left(sd, started)
+
+
+@pytest.mark.slow
+def test_a_second_run_on_a_running_sqlite_study_names_the_first_and_shares_its_budget(
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path
+) -> None:
+    """The common mistake: `autotune run` started again on the same study while the first still runs."""
+    sd = make_study("twice", workload_args={"sleep_s": 0.05}, trial={"max_steps": 30, "report_every": 3},
+                    search_space={"batch_size": {"choices": [8, 16, 24, 32]}}, sampler={"name": "random", "seed": 2})
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = sd.popen("run", "study.yaml", "--n-trials", "6", log=logs[0])
+    second = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (sd.trial_dir(0) / "metrics.jsonl").exists():
+            assert first.poll() is None and time.monotonic() < deadline, logs[0].read_text()
+            time.sleep(0.05)
+        second = sd.popen("run", "study.yaml", "--n-trials", "6", log=logs[1])
+        for proc in (first, second):
+            proc.wait(timeout=240)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    texts = [log.read_text() for log in logs]
+    for proc, text in zip((first, second), texts, strict=True):
+        assert proc.returncode == 0, text
+        assert "Traceback" not in text and "database is locked" not in text.lower(), text
+    named = [line for line in texts[1].splitlines() if line.startswith("another autotune run")]
+    assert len(named) == 1 and f"pid {first.pid} on " in named[0], texts[1]
+
+    with sqlite3.connect(sd.db) as db:  # not corrupt
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    trials = sd.load().get_trials(deepcopy=False)
+    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
+    assert sum(counts_toward_budget(t) for t in trials) == 6 == len(trials)
+    assert len({t.user_attrs["trial_dir"] for t in trials}) == 6
+    assert {t.user_attrs["worker"]["pid"] for t in trials} == {first.pid, second.pid}
     assert_nothing_left(sd, started)

@@ -153,3 +153,20 @@ def test_ctrl_c_before_the_first_trial_is_an_interruption_and_closes_the_launche
     # The launcher is prepared before the study is opened (its zygote's imports overlap the opening): the
     # study was never created, so nothing is left to resume but the study file.
     assert not sd.db.exists() or not optuna.get_all_study_names(storage=sd.url)
+
+
+def test_a_sigterm_the_process_ignores_stays_ignored_while_the_tuner_runs() -> None:
+    """A launcher that ignores SIGTERM (SIG_IGN) keeps ignoring it inside calibrate(); one that does not gets
+    the tuner's handler for the run and its own back afterwards."""
+    from autotune.tuner._recovery import signals_as_interrupts
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with signals_as_interrupts():
+            assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with signals_as_interrupts():
+            assert callable(signal.getsignal(signal.SIGTERM))
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,224 @@
+"""A storage that goes away for a while: every storage call waits for it, within a limit.
+
+Every call autotune makes to a study's storage (Optuna's reads and writes, the batched attribute writes, the
+heartbeats, the study lock) goes through one :class:`Patience` per storage URL and process. When a call fails
+because the database cannot be reached (PostgreSQL stopped or restarting, a dropped connection, SQLite's
+file locked past its timeout), it is said once on stderr and the call is retried with bounded back-off
+(0.5 s doubling to 5 s) until the storage answers, then that is said once too. A storage that stays away for
+longer than :data:`STORAGE_WAIT_S` (``AUTOTUNE_STORAGE_WAIT_S`` in the environment) ends the wait with
+:class:`StorageUnreachable`, one line, exit status 1; from then on every call of this process fails at once,
+so the code that cleans up after it (a trial's processes, the launcher) does not wait again.
+
+A heartbeat is not waited for: it is tried once and skipped while the storage is away (the next one comes
+:data:`~autotune.tuner._storage.HEARTBEAT_INTERVAL_S` later). Nor is a running trial's report to the pruner
+(:meth:`Patience.unless_down`): the trial runs on under its limits and its result is written once the storage
+is back. A full disk under an SQLite study
+(``database or disk is full``) is not an outage: it is one line naming the file, at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from autotune.errors import AutotuneError, UsageError, first_line
+from autotune.spec import redact_url
+
+T = TypeVar("T")
+
+#: How long a storage may stay unreachable before the worker gives up (seconds); the environment variable
+#: AUTOTUNE_STORAGE_WAIT_S overrides it.
+STORAGE_WAIT_S = 120.0
+WAIT_ENV = "AUTOTUNE_STORAGE_WAIT_S"
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 5.0
+
+# What a database says when it is not there (or not yet, or no longer): sqlalchemy's OperationalError and
+# InterfaceError carry these. Anything else (a constraint, a bad value) is a real error, raised at once.
+_FULL = ("database or disk is full", "disk i/o error", "no space left on device")
+
+
+class _Down(Exception):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class StorageUnreachable(AutotuneError):
+    """The study's storage stayed unreachable longer than the wait allowed; the run stops (exit status 1)."""
+
+
+class StorageFull(AutotuneError):
+    """The study's SQLite file could not be written: its disk is full."""
+
+
+def wait_limit_s() -> float:
+    """:data:`STORAGE_WAIT_S`, or the environment's ``AUTOTUNE_STORAGE_WAIT_S`` (a bad value is bad input)."""
+    text = os.environ.get(WAIT_ENV, "").strip()
+    if not text:
+        return STORAGE_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise UsageError(f"{WAIT_ENV}={text!r}: not a number of seconds >= 0; unset it or give one, e.g. 120")
+    return value
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen and len(seen) < 10:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def classify(error: BaseException) -> str | None:
+    """``"down"`` when ``error`` says the database cannot be reached, ``"full"`` when its disk is full, else
+    None."""
+    from sqlalchemy import exc
+
+    for cause in _causes(error):
+        if isinstance(cause, exc.OperationalError | exc.InterfaceError) or (
+            isinstance(cause, exc.DBAPIError) and cause.connection_invalidated
+        ):
+            text = str(cause).lower()
+            return "full" if any(f in text for f in _FULL) else "down"
+    return None
+
+
+def _folder_of(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return os.path.dirname(os.path.abspath(make_url(url).database or ".")) or "."
+
+
+def _reason(error: BaseException) -> str:
+    """The database's own words, one line, without sqlalchemy's wrapping."""
+    for cause in _causes(error):
+        orig = getattr(cause, "orig", None)
+        if orig is not None:
+            return first_line(orig)
+    return first_line(error)
+
+
+class Patience:
+    """The guard of one storage URL in this process: ``patience(call)`` returns ``call()``, waiting out
+    an outage of the storage (module docstring). Thread-safe: the heartbeat thread shares it."""
+
+    def __init__(self, url: str, *, limit_s: float | None = None, say: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.url = url
+        self.where = redact_url(url)
+        self.sqlite = url.startswith("sqlite")
+        self.limit_s = wait_limit_s() if limit_s is None else limit_s
+        self.say = say or _stderr
+        self.clock, self.sleep = clock, sleep
+        self._lock = threading.Lock()
+        self.down_since: float | None = None
+        self.gave_up: str | None = None
+        self.outages = 0
+
+    def __call__(self, call: Callable[[], T]) -> T:
+        """``call()``, retried with back-off while the storage is unreachable, up to the limit."""
+        backoff = FIRST_BACKOFF_S
+        while True:
+            try:
+                return self._once(call)
+            except _Down as down:
+                self._give_up_if_late(down.error)
+                self.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def attempt(self, call: Callable[[], object]) -> None:
+        """``call()`` once; skipped (said once) while the storage is unreachable: for heartbeats."""
+        try:
+            self._once(call)
+        except (_Down, StorageUnreachable):
+            return
+
+    def unless_down(self, call: Callable[[], object]) -> bool:
+        """``call()`` once, True when it ran; False (skipped) while the storage is unreachable, so a running
+        trial's reports do not hold up its monitor. Past the limit, StorageUnreachable, as any call."""
+        try:
+            self._once(call)
+        except _Down as down:
+            self._give_up_if_late(down.error)
+            return False
+        return True
+
+    def _once(self, call: Callable[[], T]) -> T:
+        if self.gave_up is not None:
+            raise StorageUnreachable(self.gave_up)
+        try:
+            result = call()
+        except Exception as e:
+            kind = classify(e)
+            if kind == "full" and self.sqlite:
+                raise StorageFull(
+                    f"no space left for the study's storage {self.where}: {_reason(e)}; free space in "
+                    f"{_folder_of(self.url)} and rerun: finished trials are kept"
+                ) from None
+            if kind is None:
+                raise
+            self._went_down(e)
+            raise _Down(e) from None
+        self._came_back()
+        return result
+
+    def _went_down(self, error: BaseException) -> None:
+        with self._lock:
+            if self.down_since is None:
+                self.down_since = self.clock()
+                self.outages += 1
+                self.say(f"warning: storage {self.where} is unreachable ({_reason(error)}); waiting up to "
+                         f"{self.limit_s:g} s for it to come back ({WAIT_ENV})")
+
+    def _give_up_if_late(self, error: BaseException) -> None:
+        with self._lock:
+            since = self.down_since
+            if since is None or self.clock() - since <= self.limit_s:
+                return
+            self.gave_up = (
+                f"storage {self.where} unreachable for over {self.limit_s:g} s ({_reason(error)}); stopped, the "
+                "running trial's processes ended and finished trials kept: rerun once the storage is back "
+                f"(or raise {WAIT_ENV})"
+            )
+        raise StorageUnreachable(self.gave_up)
+
+    def _came_back(self) -> None:
+        if self.down_since is None:
+            return
+        with self._lock:
+            if self.down_since is None:
+                return
+            away = self.clock() - self.down_since
+            self.down_since = None
+        self.say(f"storage {self.where} is reachable again after {away:.0f} s; resuming")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+_PATIENCE: dict[str, Patience] = {}
+_PATIENCE_LOCK = threading.Lock()
+
+
+def patience_for(url: str, *, fresh: bool = False) -> Patience:
+    """This process's guard of the storage ``url`` (one per URL: one line per outage, one give-up). ``fresh``
+    (a storage opened anew) forgets an earlier give-up and reads the limit again."""
+    if fresh:
+        with _PATIENCE_LOCK:
+            _PATIENCE.pop(url, None)
+    with _PATIENCE_LOCK:
+        found = _PATIENCE.get(url)
+        if found is None:
+            found = _PATIENCE[url] = Patience(url)
+        return found

@@ -1,0 +1,132 @@
+"""A chaos soak, bounded (at most 5 minutes, loopback only): 4 `autotune run` workers on one PostgreSQL study of
+the quickstart's workload (its MLP, trials shortened by the study's own `trial:` settings), 40 trials, a random
+worker SIGKILLed about every 30 s and started again, and one PostgreSQL restart. At the end every trial is in a
+final state, none lost, none counted twice, nothing left running, and the recorded choice is a calm run's (an
+SQLite study of the same file, one worker) or tied with it within the calm study's own interval."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.tuner import counts_toward_budget, measured_groups, summarize
+from autotune.workload_check import load_spec
+from tests.conftest import PostgresControl
+
+from .conftest import StudyDir, assert_nothing_left
+
+N_TRIALS = 40
+WORKERS = 4
+KILL_EVERY_S = 30.0
+SOAK_LIMIT_S = 480.0  # the soak is sized for 5 minutes; this bounds it on a loaded machine
+# The quickstart's workload and knobs that matter on a CPU, a space small enough that both runs see it all.
+QUICKSTART = {
+    "entrypoint": "autotune.workloads.mlp:build",
+    "workload_args": {"hidden": 128, "depth": 2, "transform_cost": 4},
+    "search_space": {"batch_size": {"choices": [16, 64, 128]}},
+    "trial": {"warmup_steps": 1, "max_steps": 6, "report_every": 2, "max_seconds": 40, "hang_seconds": 30},
+    "sampler": {"name": "random", "seed": 0},
+}
+
+
+def _choice(sd: StudyDir, url: str) -> tuple[str, Any, float]:
+    """The study's chosen configuration key, its measured configurations by key, and the relative half-width of
+    its interval (the speed-up's, or the chosen median's)."""
+    spec = load_spec(sd.file, overrides=[f"storage={url}"], check_workload=False)
+    study = optuna.load_study(study_name=sd.name, storage=url)
+    summary = summarize(study, spec)
+    assert summary.best is not None, summary.counts
+    groups = {g.config_key: g for g in measured_groups(study, spec)}
+    half_width = max(summary.speedup_half_width or 0.0, summary.best.half_width or 0.0)
+    return summary.best.config_key, groups, half_width
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_chaos_soak_four_workers_sigkills_and_a_postgresql_restart_lose_nothing(
+    make_study: Callable[..., StudyDir], postgres_url: str, postgres_control: PostgresControl, tmp_path: Path,
+    started: float,
+) -> None:
+    rng = random.Random(20261203)
+    sd = make_study("soak", storage=postgres_url, **QUICKSTART)
+    began = time.monotonic()
+    logs: list[Path] = []
+
+    def start() -> Any:
+        logs.append(tmp_path / f"worker{len(logs)}.log")
+        return sd.popen("run", "study.yaml", "--n-trials", str(N_TRIALS), log=logs[-1])
+
+    workers = [start() for _ in range(WORKERS)]
+    killed: list[Any] = []
+    restart_at, restarted = began + 45.0, False
+    next_kill = began + KILL_EVERY_S
+    try:
+        while any(w.poll() is None for w in workers):
+            now = time.monotonic()
+            assert now - began < SOAK_LIMIT_S, f"the soak ran past {SOAK_LIMIT_S:g} s"
+            if not restarted and now >= restart_at:
+                postgres_control.stop()
+                time.sleep(10)
+                postgres_control.start()
+                restarted = True
+            if now >= next_kill:
+                alive = [w for w in workers if w.poll() is None]
+                victim = rng.choice(alive)
+                os.kill(victim.pid, signal.SIGKILL)
+                victim.wait(timeout=10)
+                killed.append(victim)
+                workers[workers.index(victim)] = start()
+                next_kill = now + KILL_EVERY_S * rng.uniform(0.8, 1.2)
+            time.sleep(0.2)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait(timeout=10)
+    soak_s = time.monotonic() - began
+    for w, log in zip(workers, logs[-WORKERS:], strict=False):
+        assert w.returncode == 0, log.read_text()[-3000:]
+    for log in logs:
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+    trials = optuna.load_study(study_name="soak", storage=postgres_url).get_trials(deepcopy=False)
+    final = [t for t in trials if t.state.is_finished()]
+    counted = [t for t in trials if counts_toward_budget(t)]
+    folders = [t.user_attrs["trial_dir"] for t in counted]
+    stale = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(final) == len(trials), [(t.number, t.state) for t in trials if not t.state.is_finished()]
+    assert len(counted) == N_TRIALS, "a trial was lost or counted twice"
+    assert len(set(folders)) == len(folders), "one run counted on two trials"
+    assert all(t.user_attrs.get("outcome") in (None, "interrupted") for t in stale), [t.user_attrs for t in stale]
+    assert_nothing_left(sd, started)
+
+    # a calm run of the same study file (SQLite, one worker, nothing killed): the same choice, or tied within
+    # its interval
+    calm_started = time.monotonic()
+    calm = sd.autotune("run", "study.yaml", "--n-trials", "18", "--storage", f"sqlite:///{tmp_path / 'calm.db'}",
+                       timeout=240)
+    calm_s = time.monotonic() - calm_started
+    assert calm.returncode == 0, calm.stdout + calm.stderr
+    soak_key, _, _ = _choice(sd, postgres_url)
+    calm_key, calm_groups, half_width = _choice(sd, f"sqlite:///{tmp_path / 'calm.db'}")
+    best, theirs = calm_groups[calm_key], calm_groups.get(soak_key)
+    tied = theirs is not None and theirs.median >= best.median * (1 - half_width)
+    figures = {
+        "trials": len(trials), "counted": len(counted), "final": len(final), "interrupted_or_stale": len(stale),
+        "workers_killed": len(killed), "postgres_restarts": int(restarted), "soak_s": round(soak_s, 1),
+        "calm_s": round(calm_s, 1), "same_choice": soak_key == calm_key, "tied": tied,
+        "half_width": round(half_width, 3),
+    }
+    print("chaos soak:", json.dumps(figures))
+    assert restarted and len(killed) >= 3, figures
+    assert soak_key == calm_key or tied, figures
