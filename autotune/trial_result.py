@@ -7,7 +7,37 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+R = TypeVar("R")
+
+# Every record a rank writes and the monitor reads is a dataclass with this config: an unknown key is an error.
+RECORD_CONFIG = ConfigDict(extra="forbid")
+
+
+class RecordError(ValueError):
+    """A record a rank wrote (a window, done.json, applied.json, an error record) that does not parse."""
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[R]) -> TypeAdapter[R]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def parse_record(cls: type[R], data: Any, what: str) -> R:
+    """``data`` (parsed JSON) as a ``cls`` record, or a RecordError naming ``what``, the field and the problem."""
+    try:
+        return _adapter(cls).validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        raise RecordError(f"{what}: {where}: {first['msg']} (a {cls.__name__} record)") from None
 
 
 class Outcome(str, enum.Enum):
@@ -27,7 +57,9 @@ class Outcome(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Window:
-    """One reporting window, as rank 0 writes it to metrics.jsonl (all ranks already reduced)."""
+    """One reporting window, as rank 0 writes it to metrics.jsonl (all ranks already reduced): the window record."""
+
+    __pydantic_config__ = RECORD_CONFIG
 
     step: int  # optimizer steps done (warm-up included)
     samples: int  # samples seen by the whole job (warm-up included)
@@ -41,9 +73,12 @@ class Window:
     settled: bool | None = None  # the warm-up's probe windows agreed before measuring (fixed warm-up: True)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Window:
-        optional = ("warmup_steps", "settled")
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k not in optional})
+    def from_json(cls, data: Any, what: str = "window") -> Window:
+        """A window record; RecordError when ``data`` is not one (a missing or unknown key, a wrong type)."""
+        return parse_record(cls, data, what)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 # Student's t, two-sided 95%, by degrees of freedom (1..30); 1.96 beyond.
