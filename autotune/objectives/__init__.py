@@ -6,6 +6,17 @@ confirmation statistics, configuration keys, and the one choice of a study (:fun
 Optuna for the single-objective pruner and for reading a study's trials.
 """
 
+from autotune.objectives._anatomy import (
+    KNOB_BOTTLENECKS,
+    Diagnosis,
+    binding,
+    bottleneck_shares,
+    diagnose,
+    group_anatomy,
+    median_anatomy,
+    stored_anatomy,
+    study_diagnosis,
+)
 from autotune.objectives._choice import RACE_ATTR, Choice, choose, choose_from_race, is_reference, measured_groups
 from autotune.objectives._compile_payback import CompilePayback, compile_payback, complete_trials
 from autotune.objectives._config_key import config_key
@@ -46,14 +57,16 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MIN_NOISE_DF", "MIN_ROUNDS", "RACE_ATTR", "Choice", "CompilePayback",
-    "Contrast",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "KNOB_BOTTLENECKS", "MIN_NOISE_DF", "MIN_ROUNDS", "RACE_ATTR", "Choice",
+    "CompilePayback", "Contrast", "Diagnosis",
     "DominancePruner", "Fit", "Group", "History", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction",
     "ModelSize", "NoiseAwarePruner", "Pooled", "PruningDecision", "RunningTimeToLoss", "Separation", "Standing",
-    "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning", "choose", "choose_best", "choose_from_race",
+    "TimeToLoss", "TimeToLossRow", "binding", "bottleneck_shares", "busy_trials", "busy_warning", "choose",
+    "choose_best", "choose_from_race",
     "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast", "could_separate",
-    "dominates", "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width",
-    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value",
-    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "standing",
+    "diagnose", "dominates", "estimate_time_to_loss", "explain_choice", "fit", "group_anatomy", "group_measurements",
+    "half_width", "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "median_anatomy",
+    "memory_points", "metric_value", "objective_values", "pareto_front", "pooled_sd", "reading_noise",
+    "running_value", "standing", "stored_anatomy", "study_diagnosis",
     "time_to_loss_attrs", "window_extras", "window_history", "window_value",
 ]

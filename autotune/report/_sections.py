@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from autotune.report._anatomy_figure import anatomy_figure
 from autotune.report._data import ReportData
 from autotune.report._figures import (
     HEIGHT,
@@ -64,6 +65,11 @@ def build_sections(data: ReportData) -> list[Section]:
                 "against the peak it measured; on the diagonal they agree. Crosses on the budget line were "
                 "predicted over it and never launched.", memory_prediction_figure(data.memory_prediction),
                 _prediction_note(data)),
+        Section("anatomy", "Step anatomy",
+                "Where each configuration's step went (the slowest rank, each part's median over its trials): "
+                "waiting for the next batch, forward/backward, gradient synchronisation not hidden behind "
+                "computation, the optimizer step and the rest.", anatomy_figure(data.anatomy),
+                None if data.anatomy else "no trial measured a step anatomy"),
         Section("importance", "Parameter importances",
                 "How much each searched knob explains of each objective (optuna.importance).",
                 importance_figure(data.importance), data.importance.note),

@@ -16,12 +16,13 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
-from autotune.trial_result import Window
+from autotune.trial_result import StepAnatomy, Window
+from autotune.trial_runner._anatomy import StepLaps
 from autotune.trial_runner._memory import MemorySampler
 from autotune.trial_runner._plan import METRICS_FILE, TrialPlan
 from autotune.trial_runner._records import window_line
@@ -51,13 +52,27 @@ class WindowEnd:
     warmup_ended: bool = False
 
 
+class Reduced(NamedTuple):
+    """A window reduced across ranks: the slowest rank's time, the largest memory, the mean loss (None: a rank's
+    loss was not finite), the step anatomy of the slowest rank and the ranks' mean (None: not measured)."""
+
+    slowest_s: float
+    peak_mb: float
+    loss: float | None
+    anatomy: StepAnatomy | None
+    anatomy_mean: StepAnatomy | None
+
+
 class WindowMeter:
     """One rank's windows. The loop calls :meth:`count` after each step and, where :meth:`at_boundary`,
-    :meth:`window_end`; ``measured_s``/``measured_samples`` are the slowest rank's measured totals."""
+    :meth:`window_end`; ``measured_s``/``measured_samples`` are the slowest rank's measured totals. ``laps``
+    holds the step's timed parts since the last boundary (the step anatomy)."""
 
-    def __init__(self, plan: TrialPlan, trial_dir: Path, rank: int, world_size: int, device: torch.device) -> None:
+    def __init__(
+        self, plan: TrialPlan, trial_dir: Path, rank: int, world_size: int, device: torch.device, laps: StepLaps
+    ) -> None:
         cfg, limits = plan.config, plan.limits
-        self.plan, self.rank, self.world_size, self.device = plan, rank, world_size, device
+        self.plan, self.rank, self.world_size, self.device, self.laps = plan, rank, world_size, device, laps
         self.global_batch = cfg.global_batch
         self.window, self.max_steps = limits.window(), trial_steps(limits, cfg.global_batch)
         self.warmup = Warmup.for_limits(limits, self.max_steps)
@@ -91,6 +106,7 @@ class WindowMeter:
     def restart_clock(self) -> None:
         """Leave what happened since the last boundary out of the next window (a paced run's stop at the gate)."""
         self.mark = time.perf_counter()
+        self.laps.take()
 
     def at_boundary(self) -> bool:
         step, start = self.step, self.warmup.measure_from
@@ -109,12 +125,13 @@ class WindowMeter:
         now = time.perf_counter()
         window_time, self.mark = (now - self.mark if measuring or probing else 0.0), now
         steps, self.boundary_step = step - self.boundary_step, step
+        parts = self.laps.take()
         self._read_memory(last=step == self.max_steps)
-        slowest, peak_all, mean_loss = self._reduce(window_time, steps)
+        reduced = self._reduce(window_time, steps, parts)
         self.window_loss = torch.zeros((), device=self.device)
-        if mean_loss is None:
+        if reduced.loss is None:
             return WindowEnd(diverged=True)
-        self.last_loss = mean_loss
+        self.last_loss, slowest = reduced.loss, reduced.slowest_s
         if warmup.warming:
             warmup.offer(step, steps * self.global_batch / slowest if probing and slowest > 0 else None)
             return WindowEnd(measure_start=step == warmup.measure_from, warmup_ended=not warmup.warming)
@@ -124,7 +141,7 @@ class WindowMeter:
             if self.rank == 0:
                 with self.metrics_path.open("a") as f:
                     f.write(window_line(self._record(steps * self.global_batch / slowest if slowest > 0 else 0.0,
-                                                     mean_loss, peak_all)))
+                                                     reduced)))
         return WindowEnd(measured=measuring, measure_start=step == warmup.measure_from)
 
     def close(self) -> None:
@@ -139,19 +156,31 @@ class WindowMeter:
         else:
             self.peak = self.memory.peak
 
-    def _reduce(self, window_time: float, steps: int) -> tuple[float, float, float | None]:
-        """One small reduction per window: the slowest rank's time, the largest memory, a non-finite flag; the
-        mean loss over ranks (None when a rank's loss was not finite)."""
+    def _reduce(self, window_time: float, steps: int, parts: list[float]) -> Reduced:
+        """One small collective per window: every rank's time, memory, non-finite flag, loss and timed parts,
+        gathered to every rank (the slowest rank is the one whose window took longest)."""
         local_loss = (self.window_loss / max(1, steps)).float()
         finite = bool(torch.isfinite(local_loss))
-        maxes = torch.tensor([window_time, self.peak, 0.0 if finite else 1.0], device=self.device)
-        dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
-        loss_sum = torch.tensor([local_loss.item() if finite else 0.0], device=self.device)
-        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-        slowest, peak_all, nonfinite = (float(x) for x in maxes.tolist())
-        return slowest, peak_all, None if nonfinite else float(loss_sum.item()) / self.world_size
+        row = torch.tensor([window_time, self.peak, 0.0 if finite else 1.0, local_loss.item() if finite else 0.0,
+                            *parts], dtype=torch.float64, device=self.device)
+        rows = [torch.empty_like(row) for _ in range(self.world_size)]
+        dist.all_gather(rows, row)
+        table = torch.stack(rows).tolist()
+        slowest = max(table, key=lambda r: r[0])
+        loss = None if any(r[2] for r in table) else sum(r[3] for r in table) / self.world_size
+        return Reduced(slowest[0], max(r[1] for r in table), loss, self._anatomy([slowest], steps),
+                       self._anatomy(table, steps))
 
-    def _record(self, window_throughput: float, loss: float, peak_all: float) -> Window:
+    def _anatomy(self, rows: list[list[float]], steps: int) -> StepAnatomy | None:
+        """The step anatomy of ``rows`` (each part's mean over them), per step; None when not measured."""
+        if not self.laps.on or steps <= 0 or rows[0][0] <= 0:
+            return None
+        n = len(rows) * steps
+        data, compute, sync, optimizer = (sum(r[4 + i] for r in rows) / n for i in range(4))
+        return StepAnatomy.of(sum(r[0] for r in rows) / n, data, compute,
+                              sync if self.laps.sync is not None else None, optimizer)
+
+    def _record(self, window_throughput: float, reduced: Reduced) -> Window:
         launched_at = self.plan.launched_at
         return Window(
             step=self.step,
@@ -159,9 +188,11 @@ class WindowMeter:
             elapsed_s=round(time.time() - launched_at, 4) if launched_at else 0.0,
             window_throughput_samples_s=window_throughput,
             throughput_samples_s=self.measured_samples / self.measured_s if self.measured_s > 0 else 0.0,
-            loss=loss,
-            peak_memory_mb=round(peak_all, 2),
+            loss=reduced.loss if reduced.loss is not None else math.nan,
+            peak_memory_mb=round(reduced.peak_mb, 2),
             time_to_first_step_s=round(self.first_step_s or 0.0, 4),
             warmup_steps=self.warmup.measure_from,
             settled=self.warmup.settled,
+            step_anatomy=reduced.anatomy,
+            step_anatomy_mean=reduced.anatomy_mean,
         )

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from autotune.compat import torch_private
 from autotune.spec import split_hyperparameters
+from autotune.trial_runner._anatomy import DATA, FORWARD_BACKWARD, OPTIMIZER, StepLaps, timing_hook
 from autotune.trial_runner._apply import apply_threads
 from autotune.trial_runner._build import (
     RankContext,
@@ -60,7 +61,6 @@ class Trainer:
         )
         self.compile_s: float | None = None
         self._first_step_s = 0.0
-        self._allreduce_count = 0
         self.heartbeat = ctx.trial_dir / HEARTBEAT_FILE
 
     # -- set-up ------------------------------------------------------------------------------------------
@@ -74,8 +74,9 @@ class Trainer:
         wrapped = wrap_model(self.workload, cfg, ctx, self.device, self.applied)
         self.model: Any = wrapped.model  # DDP, an FSDP2 module or the bare model
         self.ddp, self.fsdp = wrapped.ddp, wrapped.fsdp
-        if self.ddp is not None and plan.trace:
-            self._trace_allreduce()
+        self.laps = StepLaps(self.device, sync=None if self.fsdp else self.ddp is not None, on=plan.step_anatomy)
+        if self.ddp is not None and (plan.step_anatomy or plan.trace):
+            self.ddp.register_comm_hook(None, timing_hook(self.laps))  # counts the all-reduces, too
         self.applied.ranks = gather_rank_facts(wrapped.module, cfg, ctx, self.ddp is not None)
         self.write_applied()  # threads and sharding known now, before a first step that may never finish
         _, _, optimizer_kwargs = split_hyperparameters(cfg.hyperparameters)
@@ -92,16 +93,6 @@ class Trainer:
         self.applied.dataloader = loader_facts(self.loader, self.sampler)
         watch_autocast(wrapped.module, self.device.type, self.applied)
 
-    def _trace_allreduce(self) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
-        def counting_hook(state, bucket):  # type: ignore[no-untyped-def]
-            self._allreduce_count += 1
-            return default_hooks.allreduce_hook(state, bucket)
-
-        self.ddp.register_comm_hook(None, counting_hook)
-
     # -- training -----------------------------------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         amp = self.config.amp
@@ -111,12 +102,14 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def step(self, batches: Iterator[Any]) -> torch.Tensor:
-        """One optimizer step: grad_accum micro-batches, all-reduce only on the last one."""
-        cfg = self.config
+        """One optimizer step: grad_accum micro-batches, all-reduce only on the last one; its parts timed."""
+        cfg, laps = self.config, self.laps
         non_blocking = cfg.pin_memory and self.device.type == "cuda"
         total = torch.zeros((), device=self.device)
         for micro in range(cfg.grad_accum):
+            start = laps.mark()
             batch = to_device(next(batches), self.device, non_blocking)
+            start = laps.lap(DATA, start)
             last = micro == cfg.grad_accum - 1
             sync = contextlib.nullcontext() if (self.ddp is None or last) else self.ddp.no_sync()
             if self.fsdp and cfg.grad_accum > 1:
@@ -128,13 +121,17 @@ class Trainer:
                     self.scaler.scale(scaled).backward()
                 else:
                     scaled.backward()
+            start = laps.lap(FORWARD_BACKWARD, start)
             total += loss.detach().float()
+        if self.ddp is not None:
+            laps.backward_done(start)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        laps.lap(OPTIMIZER, start)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return total / cfg.grad_accum
@@ -151,7 +148,7 @@ class Trainer:
     def train(self) -> DoneRecord:
         """Step until the trial's steps are done, the loss diverged, or a paced run is told to finish."""
         plan, ctx = self.plan, self.ctx
-        meter = WindowMeter(plan, ctx.trial_dir, ctx.rank, ctx.world_size, self.device)
+        meter = WindowMeter(plan, ctx.trial_dir, ctx.rank, ctx.world_size, self.device, self.laps)
         # A paced run (a confirmation race) trains in blocks of pace_steps after its warm-up, each one released
         # by the tuner through the gate and followed by a stop there, until the tuner ends it.
         gate = Gate(ctx.trial_dir, ctx.rank) if plan.pace_steps else None
@@ -191,7 +188,7 @@ class Trainer:
         # Start-up is over: from now on a collective that takes long is a hang, not a slow start.
         torch_private.set_process_group_timeout(datetime.timedelta(seconds=plan.step_timeout_s))
         if plan.trace and self.ddp is not None:
-            self.applied.allreduce_calls_first_step = self._allreduce_count
+            self.applied.allreduce_calls_first_step = self.laps.allreduce_calls
         self.write_applied()
 
     def _done(self, meter: WindowMeter, outcome: str, reason: str, started_at: float) -> DoneRecord:
@@ -208,7 +205,7 @@ class Trainer:
             }
             (ctx.trial_dir / f"steps.rank{ctx.rank}.json").write_text(json.dumps(steps_log, indent=2))
         if self.plan.trace and self.ddp is not None:
-            self.applied.allreduce_calls_total = self._allreduce_count
+            self.applied.allreduce_calls_total = self.laps.allreduce_calls
             self.applied.steps = meter.step
         done = DoneRecord(
             outcome=outcome,

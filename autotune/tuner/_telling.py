@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import optuna
@@ -58,6 +59,8 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         "warmup_steps_used": result.warmup_steps_used,
         "settled": result.settled,
         "throughput_spread": _clean(result.throughput_spread),
+        "step_anatomy": asdict(result.step_anatomy) if result.step_anatomy is not None else None,
+        "step_anatomy_mean": asdict(result.step_anatomy_mean) if result.step_anatomy_mean is not None else None,
         "windows": [
             [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
             for w, extra in zip(result.windows, window_extras(result.windows, spec), strict=True)

@@ -108,3 +108,30 @@ def test_a_done_record_that_does_not_parse_makes_the_trial_crashed(tmp_path: Pat
     assert reason.startswith("a rank's record does not parse: done.json: steps: Input should be a valid integer")
     write_record(tmp_path / "done.json", DONE)
     assert classify_exit(tmp_path, ScriptedRun())[::3] == (Outcome.COMPLETE, DONE)
+
+
+def test_an_error_record_that_does_not_parse_makes_the_trial_crashed(tmp_path: Path) -> None:
+    (tmp_path / "errors").mkdir()
+    (tmp_path / "errors" / "rank1.json").write_text(json.dumps(ERROR.__dict__ | {"rank": None}))
+    outcome, reason, _, _ = classify_exit(tmp_path, ScriptedRun())
+    assert outcome is Outcome.CRASHED
+    assert reason.startswith("a rank's record does not parse: rank1.json: rank: Input should be a valid integer")
+
+
+def test_an_applied_record_that_does_not_parse_makes_the_trial_crashed(tmp_path: Path) -> None:
+    from autotune.search_space import TrialConfig
+    from autotune.trial_result import TrialResult
+    from autotune.trial_runner import TrialPlan
+    from autotune.trial_runner._monitor import _knob_facts
+
+    config = TrialConfig.create(base_lr=0.1, base_batch_size=8, batch_size=8)
+    plan = TrialPlan(config=config, entrypoint="w.py:build", base_dir=".")
+    write_record(tmp_path / "applied.json", APPLIED)
+    result = TrialResult(outcome=Outcome.COMPLETE)
+    _knob_facts(result, plan, tmp_path)
+    assert result.outcome is Outcome.COMPLETE and result.threads_per_rank == 1
+    (tmp_path / "applied.json").write_text(json.dumps({"torch_threads": 1, "compile_seconds": 2.0}))
+    _knob_facts(result, plan, tmp_path)
+    assert result.outcome is Outcome.CRASHED
+    assert result.reason == ("rank 0's applied record does not parse: applied.json: compile_seconds: Unexpected "
+                             "keyword argument (a AppliedRecord record)")
