@@ -10,8 +10,14 @@ the median window throughput).
 
 Targets: overhead <= 2% of throughput; the parts add up to the step within 5%.
 
-    python benchmarks/step_anatomy.py              # about 6 minutes on 2 cores
-    python benchmarks/step_anatomy.py --quick      # smoke run: about a minute
+    python benchmarks/step_anatomy.py              # 24+ trials; --repeats 4 --max-steps 60 took 16 minutes on
+                                                   # 2 shared cores (load 5-12, waits for other trials' leases)
+    python benchmarks/step_anatomy.py --quick      # smoke run
+
+The parts add up by construction (``other_s`` is what the timed parts leave of the window's step; a part
+counted twice would make the sum exceed the step, which the second figure would show). The first recorded
+run (benchmarks/step_anatomy.json) was on a machine at load 5-12: its paired ratios scattered 0.77-1.69, far
+wider than the 2% it is meant to resolve; rerun it on a quiet machine with more repeats.
 """
 
 from __future__ import annotations
