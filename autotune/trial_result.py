@@ -7,7 +7,37 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+R = TypeVar("R")
+
+# Every record a rank writes and the monitor reads is a dataclass with this config: an unknown key is an error.
+RECORD_CONFIG = ConfigDict(extra="forbid")
+
+
+class RecordError(ValueError):
+    """A record a rank wrote (a window, done.json, applied.json, an error record) that does not parse."""
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[R]) -> TypeAdapter[R]:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def parse_record(cls: type[R], data: Any, what: str) -> R:
+    """``data`` (parsed JSON) as a ``cls`` record, or a RecordError naming ``what``, the field and the problem."""
+    try:
+        return _adapter(cls).validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        raise RecordError(f"{what}: {where}: {first['msg']} (a {cls.__name__} record)") from None
 
 
 class Outcome(str, enum.Enum):
@@ -26,8 +56,47 @@ class Outcome(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class StepAnatomy:
+    """Where a step's time went, in seconds per step (docs/reference.md, "Step anatomy"): waiting for the next
+    batch, forward and backward, gradient synchronisation not hidden behind computation (None under FSDP, whose
+    collectives stay inside ``forward_backward_s``), the optimizer step, and the rest of the step (the loop's
+    own work, the window's reduction); ``data_wait_share`` is the wait's part of the step (0-1)."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    data_wait_s: float
+    forward_backward_s: float
+    sync_exposed_s: float | None
+    optimizer_s: float
+    other_s: float
+    data_wait_share: float
+
+    @property
+    def step_s(self) -> float:
+        """The step the parts add up to."""
+        sync = self.sync_exposed_s or 0.0
+        return self.data_wait_s + self.forward_backward_s + sync + self.optimizer_s + self.other_s
+
+    @classmethod
+    def of(cls, step_s: float, data_wait_s: float, forward_backward_s: float, sync_exposed_s: float | None,
+           optimizer_s: float) -> StepAnatomy:
+        """From a step's measured time and its timed parts: ``other_s`` is what the parts leave of the step."""
+        timed = data_wait_s + forward_backward_s + (sync_exposed_s or 0.0) + optimizer_s
+        return cls(
+            data_wait_s=round(data_wait_s, 7),
+            forward_backward_s=round(forward_backward_s, 7),
+            sync_exposed_s=None if sync_exposed_s is None else round(sync_exposed_s, 7),
+            optimizer_s=round(optimizer_s, 7),
+            other_s=round(max(0.0, step_s - timed), 7),
+            data_wait_share=round(data_wait_s / max(step_s, timed), 4) if max(step_s, timed) > 0 else 0.0,
+        )
+
+
+@dataclass(frozen=True)
 class Window:
-    """One reporting window, as rank 0 writes it to metrics.jsonl (all ranks already reduced)."""
+    """One reporting window, as rank 0 writes it to metrics.jsonl (all ranks already reduced): the window record."""
+
+    __pydantic_config__ = RECORD_CONFIG
 
     step: int  # optimizer steps done (warm-up included)
     samples: int  # samples seen by the whole job (warm-up included)
@@ -39,11 +108,20 @@ class Window:
     time_to_first_step_s: float  # launch -> first step finished
     warmup_steps: int | None = None  # steps before the measured part (None: a record from before steady warm-up)
     settled: bool | None = None  # the warm-up's probe windows agreed before measuring (fixed warm-up: True)
+    step_anatomy: StepAnatomy | None = None  # the slowest rank's (None: not measured)
+    step_anatomy_mean: StepAnatomy | None = None  # each part's mean over the ranks
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Window:
-        optional = ("warmup_steps", "settled")
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data or k not in optional})
+    def from_json(cls, data: Any, what: str = "window") -> Window:
+        """A window record; RecordError when ``data`` is not one (a missing or unknown key, a wrong type)."""
+        return parse_record(cls, data, what)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _step_s(window: Window) -> float:
+    return window.step_anatomy.step_s if window.step_anatomy is not None else 0.0
 
 
 # Student's t, two-sided 95%, by degrees of freedom (1..30); 1.96 beyond.
@@ -94,6 +172,8 @@ class TrialResult:
     warmup_steps_used: int | None = None  # steps before the measured part (steady warm-up: until settled)
     settled: bool | None = None  # the windows settled before measuring (False: the cap was reached; low confidence)
     throughput_spread: float | None = None  # relative half-width of the measured windows' ~95% interval
+    step_anatomy: StepAnatomy | None = None  # the slowest rank's in the median window (by step time)
+    step_anatomy_mean: StepAnatomy | None = None  # the ranks' mean in that window
     windows: list[Window] = field(default_factory=list)
     error_lines: list[str] = field(default_factory=list)
     trial_dir: str = ""
@@ -115,6 +195,12 @@ class TrialResult:
             self.time_to_first_step_s = last.time_to_first_step_s
             self.warmup_steps_used, self.settled = last.warmup_steps, last.settled
         self.throughput_spread = throughput_spread(windows)
+        # The step anatomy of the median window (by its step time; the lower one of an even count): a window's
+        # parts add up to its step, and so the trial's add up to its median step.
+        timed = sorted((w for w in windows if w.step_anatomy is not None), key=_step_s)
+        if timed:
+            middle = timed[(len(timed) - 1) // 2]
+            self.step_anatomy, self.step_anatomy_mean = middle.step_anatomy, middle.step_anatomy_mean
 
     def metrics(self) -> dict[str, float | None]:
         return {
@@ -134,4 +220,7 @@ class TrialResult:
         data = dict(data)
         data["outcome"] = Outcome(data["outcome"])
         data["windows"] = [Window.from_json(w) for w in data.get("windows", [])]
+        for key in ("step_anatomy", "step_anatomy_mean"):
+            if isinstance(data.get(key), dict):
+                data[key] = parse_record(StepAnatomy, data[key], key)
         return cls(**data)

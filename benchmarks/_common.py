@@ -402,8 +402,10 @@ class Trials:
         values = {"batch_size": self.base_batch_size, **dict(knobs)}
         return TrialConfig.create(base_lr=self.base_lr, base_batch_size=self.base_batch_size, **values)
 
-    def run(self, config: Any, limits: Mapping[str, Any], kind: LauncherKind = "warm", tag: str = "trial") -> Any:
-        """One real trial of ``config`` (a TrialConfig) to its end; returns its TrialResult."""
+    def run(self, config: Any, limits: Mapping[str, Any], kind: LauncherKind = "warm", tag: str = "trial",
+            plan_fields: Mapping[str, Any] | None = None) -> Any:
+        """One real trial of ``config`` (a TrialConfig) to its end; returns its TrialResult. ``plan_fields``: more
+        fields of its TrialPlan (``step_anatomy``: False)."""
         from autotune.spec import TrialLimits
         from autotune.trial_runner import TrialPlan, run_trial
 
@@ -413,6 +415,7 @@ class Trials:
             args=dict(self.workload.args),
             base_dir=str(REPO),
             limits=TrialLimits(**dict(limits)),
+            **dict(plan_fields or {}),
         )
         trial_dir = self.runs_dir / f"{next(self._count):03d}-{tag}"
         if trial_dir.exists():

@@ -59,6 +59,27 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         "default_is_best": summary.default_is_best,
         "env": dict(config.env),
         **_knob_measurements(summary),
+        "step_anatomy": _step_anatomy(summary),
+    }
+
+
+def _step_anatomy(summary: TuneSummary) -> dict[str, Any] | None:
+    """Where a step went, the baseline's and the chosen configuration's (each part's median over their trials,
+    the slowest rank), the bottleneck that binds each, and the diagnosis in one line."""
+    from dataclasses import asdict
+
+    from autotune.objectives import study_diagnosis
+
+    diagnosis = study_diagnosis(summary.study, summary.baseline, summary.best)
+    if diagnosis is None:
+        return None
+    return {
+        "baseline": asdict(diagnosis.baseline),
+        "chosen": asdict(diagnosis.chosen),
+        "baseline_binds": diagnosis.baseline_binds,
+        "chosen_binds": diagnosis.chosen_binds,
+        "moved_by": list(diagnosis.moved_by),
+        "diagnosis": diagnosis.line(),
     }
 
 

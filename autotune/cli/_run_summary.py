@@ -109,7 +109,7 @@ def _verdict(console: Console, summary: Any) -> None:
     elif summary.speedup is not None:
         console.print(f"[bold green]speedup: {summary.speedup:.2f}x[/]{_speedup_interval(summary)} the baseline's "
                       f"throughput ({best.median:,.0f} vs {base.median if base else 0:,.0f} samples/s)")
-    for line in noise_lines(summary):
+    for line in [*noise_lines(summary), *filter(None, [anatomy_line(summary)])]:
         console.print(escape(line), highlight=False, soft_wrap=True)
 
 
@@ -136,6 +136,15 @@ def held_line(config: TrialConfig, held: tuple[int, ...]) -> str:
     return (f"global batch held at {values} (constraints.global_batch): only its splits were tried, each at the "
             f"workload's base_lr (lr {config.lr:.3g}; lr_scaling not applied); the best splits {config.global_batch} "
             f"as {split.label} (batch_size x grad_accum x world_size)")
+
+
+def anatomy_line(summary: Any) -> str | None:
+    """Where the baseline's and the chosen configuration's steps went, and which knobs moved it (None: a
+    configuration without step anatomy)."""
+    from autotune.objectives import study_diagnosis
+
+    diagnosis = study_diagnosis(summary.study, summary.baseline, summary.best)
+    return diagnosis.line() if diagnosis is not None else None
 
 
 def _noise(group: Any) -> str:

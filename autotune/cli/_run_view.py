@@ -71,6 +71,8 @@ class RunView(Observer):
                 f"step {last.step}/{self.max_steps}  {last.throughput_samples_s:,.0f} samples/s  "
                 f"loss {last.loss:.4g}  {elapsed_s:.0f} s"
             )
+            if last.step_anatomy is not None:  # the slowest rank's wait for its next batch, this window
+                self.progress += f"  data wait {last.step_anatomy.data_wait_share:.0%}"
         else:
             self.progress = f"starting ({elapsed_s:.0f} s)"
         self._refresh()

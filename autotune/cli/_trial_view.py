@@ -13,6 +13,7 @@ from rich.table import Table
 from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
+from autotune.trial_result import StepAnatomy
 from autotune.trial_runner import TickCallback, TrialResult, Window
 
 
@@ -36,7 +37,8 @@ def trial_progress(console: Console, limits: TrialLimits, enabled: bool = True) 
     def tick(elapsed: float, windows: list[Window]) -> None:
         if windows:
             last = windows[-1]
-            progress.update(task, completed=last.step, status=f"{last.throughput_samples_s:,.0f} samples/s")
+            wait = f", data wait {last.step_anatomy.data_wait_share:.0%}" if last.step_anatomy is not None else ""
+            progress.update(task, completed=last.step, status=f"{last.throughput_samples_s:,.0f} samples/s{wait}")
 
     with progress:
         yield tick
@@ -57,6 +59,8 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
         table.add_row("held-out loss", fmt(result.eval_loss, ".4g"))
     table.add_row("steps", f"{result.steps} ({result.samples:,} samples)")
     table.add_row("time to first step", fmt(result.time_to_first_step_s, ".2f", " s"))
+    if result.step_anatomy is not None:
+        table.add_row("step anatomy", anatomy_cell(result.step_anatomy))
     table.add_row("threads per rank", f"{fmt(result.threads_per_rank, 'd')} ({config.threads_per_rank})")
     if config.compile != "off":
         table.add_row("compile", fmt(result.compile_s, ".2f", " s") + " (in the warm-up, not in throughput)")
@@ -67,6 +71,17 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
         console.print("[dim]last error lines:[/]")
         for line in result.error_lines[-8:]:
             console.print(f"  {line}", markup=False, highlight=False)
+
+
+def anatomy_cell(a: StepAnatomy) -> str:
+    """``12.1 ms a step: 61% data wait, 30% forward/backward, ...`` (the slowest rank, median over windows)."""
+    step = a.step_s
+    if step <= 0:
+        return "-"
+    parts = [("data wait", a.data_wait_s), ("forward/backward", a.forward_backward_s),
+             ("exposed sync", a.sync_exposed_s), ("optimizer", a.optimizer_s), ("other", a.other_s)]
+    shown = ", ".join(f"{value / step:.0%} {name}" for name, value in parts if value is not None)
+    return f"{step * 1000:.1f} ms a step (slowest rank): {shown}"
 
 
 def _print_workload_error(console: Console, lines: list[str], debug: bool, trial_dir: str = "") -> bool:

@@ -1,12 +1,19 @@
-"""Objectives: what a trial's measurements are worth.
+"""Objectives: what a trial's measurements are worth — objective values and constraints, the memory model, Pareto
+fronts, reading noise and the pruning margin, step anatomy, confirmation statistics, configuration keys, a plan for
+another scale, and the one choice of a study (:func:`choose`). No torch; the Optuna plug-ins are in ``pruners/``
+and ``samplers/``."""
 
-Objective and intermediate values, constraints, peak memory predicted before launch
-(:class:`MemoryModel`), Pareto fronts, the study's reading noise and the pruning margin it sets,
-confirmation statistics, configuration keys, a study's trials read as a plan for another scale
-(:func:`study_scale_plan`), and the one choice of a study (:func:`choose`). No torch; Optuna for reading a
-study's trials. The Optuna plug-ins built on these live in ``pruners/`` and ``samplers/``.
-"""
-
+from autotune.objectives._anatomy import (
+    KNOB_BOTTLENECKS,
+    Diagnosis,
+    binding,
+    bottleneck_shares,
+    diagnose,
+    group_anatomy,
+    median_anatomy,
+    stored_anatomy,
+    study_diagnosis,
+)
 from autotune.objectives._choice import RACE_ATTR, Choice, choose, choose_from_race, is_reference, measured_groups
 from autotune.objectives._compile_payback import CompilePayback, compile_payback, complete_trials
 from autotune.objectives._config_key import config_key
@@ -57,15 +64,16 @@ from autotune.objectives._time_to_loss import (
 )
 
 __all__ = [
-    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "MARGIN_RANGE", "MIN_NOISE_DF", "MIN_ROUNDS", "NOISE_SCALE_ATTR",
-    "PRIOR_MARGIN", "RACE_ATTR", "Choice", "CompilePayback", "Contrast", "Fit", "Group", "Measurement",
-    "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "Pooled", "RunningTimeToLoss", "ScaleOption",
-    "ScalePlan", "Separation", "Standing", "TimeToLoss", "TimeToLossRow", "busy_trials", "busy_warning",
-    "check_directions", "check_length", "choose", "choose_best", "choose_from_race", "compile_payback",
-    "complete_trials", "config_key", "constraint_values", "contrast", "could_separate", "dominates",
-    "estimate_time_to_loss", "explain_choice", "fit", "group_measurements", "half_width", "held_global_batch",
-    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "memory_points", "metric_value",
-    "noise_scale_of", "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value",
-    "scale_plan", "scale_plans", "standing", "study_readings", "study_scale_plan", "time_to_loss_attrs",
+    "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "KNOB_BOTTLENECKS", "MARGIN_RANGE", "MIN_NOISE_DF", "MIN_ROUNDS",
+    "NOISE_SCALE_ATTR", "PRIOR_MARGIN", "RACE_ATTR", "Choice", "CompilePayback", "Contrast", "Diagnosis", "Fit",
+    "Group", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "Pooled",
+    "RunningTimeToLoss", "ScaleOption", "ScalePlan", "Separation", "Standing", "TimeToLoss", "TimeToLossRow",
+    "binding", "bottleneck_shares", "busy_trials", "busy_warning", "check_directions", "check_length", "choose",
+    "choose_best", "choose_from_race", "compile_payback", "complete_trials", "config_key", "constraint_values",
+    "contrast", "could_separate", "diagnose", "dominates", "estimate_time_to_loss", "explain_choice", "fit",
+    "group_anatomy", "group_measurements", "half_width", "held_global_batch", "is_reference", "loss_noise_floor",
+    "measured_groups", "measured_margin", "median_anatomy", "memory_points", "metric_value", "noise_scale_of",
+    "objective_values", "pareto_front", "pooled_sd", "reading_noise", "running_value", "scale_plan", "scale_plans",
+    "standing", "stored_anatomy", "study_diagnosis", "study_readings", "study_scale_plan", "time_to_loss_attrs",
     "window_extras", "window_history", "window_value",
 ]

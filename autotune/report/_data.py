@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import optuna
 
+from autotune.report._anatomy import AnatomyBar, anatomy_data
 from autotune.report._batch import BatchData, memory_vs_batch_data, throughput_vs_batch_data
 from autotune.report._feasibility import FeasibilityData, feasibility_data
 from autotune.report._headline import Headline, headline_data
@@ -46,6 +47,7 @@ class ReportData(NamedTuple):
     intermediate: IntermediateData
     timeline: list[TimelineBar]
     feasibility: FeasibilityData
+    anatomy: list[AnatomyBar]
     table: TrialsTable
     generated: datetime.datetime
 
@@ -70,6 +72,7 @@ def report_data(study: optuna.Study, spec: StudySpec | None = None, now: datetim
         intermediate=intermediate_data(study),
         timeline=timeline_data(study, now),
         feasibility=feasibility_data(study, spec),
+        anatomy=anatomy_data(study),
         table=trials_table_data(study),
         generated=now,
     )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from autotune.report._anatomy_figure import anatomy_figure
 from autotune.report._data import ReportData
 from autotune.report._figures import (
     HEIGHT,
@@ -69,6 +70,11 @@ def build_sections(data: ReportData) -> list[Section]:
                 "The best throughput predicted at more ranks than the study ran (`autotune plan` at each world "
                 "size: a model of compute, sync and their overlap fitted to the trials), with its 90% interval, "
                 "beside the best measured at each world size.", scale_figure(data.scale), data.scale.note),
+        Section("anatomy", "Step anatomy",
+                "Where each configuration's step went (the slowest rank, each part's median over its trials): "
+                "waiting for the next batch, forward/backward, gradient synchronisation not hidden behind "
+                "computation, the optimizer step and the rest.", anatomy_figure(data.anatomy),
+                None if data.anatomy else "no trial measured a step anatomy"),
         Section("importance", "Parameter importances",
                 "How much each searched knob explains of each objective (optuna.importance).",
                 importance_figure(data.importance), data.importance.note),

@@ -28,12 +28,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.utils.data import IterableDataset
 
 from autotune.search_space import TrialConfig
+from autotune.trial_runner._records import LoaderFacts
 from autotune.workload import is_stream
 
-__all__ = ["DatasetTooSmall", "StreamShare", "TrainData", "eval_loader", "train_data"]
+__all__ = [
+    "DatasetTooSmall", "StreamShare", "TrainData", "batch_len", "eval_loader", "loader_facts", "to_device",
+    "train_data",
+]
 
 
 class DatasetTooSmall(RuntimeError):
@@ -190,3 +195,34 @@ def eval_loader(dataset: Any, batch_size: int, rank: int, world_size: int, colla
         dataset, num_replicas=world_size, rank=rank, shuffle=False, drop_last=False
     )
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn)
+
+
+def loader_facts(data: TrainData) -> LoaderFacts:
+    """What applied.json records of the DataLoader as built (and, for a stream, how it was split)."""
+    a = data.applied
+    return LoaderFacts(
+        batch_size=a["batch_size"], num_workers=a["num_workers"], prefetch_factor=a["prefetch_factor"],
+        pin_memory=a["pin_memory"], persistent_workers=a["persistent_workers"], sampler=a["sampler"],
+        split=a.get("split"),
+    )
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device, non_blocking) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+def batch_len(batch: Any) -> int:
+    """The samples in a batch: the first dimension of its first tensor (1 when it holds none)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return batch_len(next(iter(batch.values())))
+    return 1

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.trial_result import Outcome
+from autotune.trial_result import Outcome, RecordError
 from autotune.trial_runner._base import RunHandle
 from autotune.trial_runner._plan import DONE_FILE, ERRORS_DIR
+from autotune.trial_runner._records import DoneRecord, RankErrorRecord, read_record
 
 
 def read_json(path: Path) -> Any:
@@ -57,28 +58,36 @@ def _rank_on_host(trial_dir: Path) -> Callable[[object], str]:
     return name
 
 
-def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, list[str], dict[str, Any] | None]:
+def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, list[str], DoneRecord | None]:
     """How a run that ended by itself went: (outcome, reason, error lines, done.json or None).
 
     A launcher's account that names a node (``node K (HOST): ...``, a multi-node launcher's) is the cause
     of whatever the ranks recorded afterwards; a rank's is named with its host when ranks ran on several.
+    A done.json or an error record that does not parse makes the trial crashed, with the file and field named.
     """
-    done = read_json(trial_dir / DONE_FILE)
+    try:
+        done = read_record(trial_dir / DONE_FILE, DoneRecord)
+        errors = [
+            record
+            for path in sorted((trial_dir / ERRORS_DIR).glob("rank*.json"))
+            if (record := read_record(path, RankErrorRecord)) is not None
+        ]
+    except RecordError as e:
+        return Outcome.CRASHED, f"a rank's record does not parse: {e}", [], None
+    errors.sort(key=lambda r: r.time)
+    if done is not None and not errors:
+        return Outcome(done.outcome), done.reason, [], done
+    return _from_errors(trial_dir, handle, errors, done)
+
+
+def _from_errors(
+    trial_dir: Path, handle: RunHandle, errors: list[RankErrorRecord], done: DoneRecord | None
+) -> tuple[Outcome, str, list[str], DoneRecord | None]:
     who = _rank_on_host(trial_dir)
-    errors = []
-    for path in sorted((trial_dir / ERRORS_DIR).glob("rank*.json")):
-        record = read_json(path)
-        if isinstance(record, dict):
-            errors.append(record)
-    errors.sort(key=lambda r: r.get("time", 0.0))
-    if isinstance(done, dict) and not errors:
-        outcome = Outcome(done.get("outcome", "complete"))
-        return outcome, str(done.get("reason", "")), [], done
     exit_summary = handle.exit_summary()
-    oom = [e for e in errors if e.get("kind") == "oom"]
+    oom = [e for e in errors if e.kind == "oom"]
     if oom:
-        e = oom[0]
-        return Outcome.OOM, f"{who(e['rank'])}: out of memory", e.get("lines", []), done
+        return Outcome.OOM, f"{who(oom[0].rank)}: out of memory", oom[0].lines, done
     first = exit_summary.split(";")[0]
     if first.startswith("node "):  # a node failed (left the step, lost its slurmd, cannot reach node 0)
         return Outcome.CRASHED, first, _launcher_tail(trial_dir), done
@@ -86,19 +95,18 @@ def classify_exit(trial_dir: Path, handle: RunHandle) -> tuple[Outcome, str, lis
     if crash_signal:  # SIGSEGV and the like: the cause, whatever the other ranks recorded afterwards
         rank = int(first.split("rank ", 1)[1].split()[0])
         return Outcome.CRASHED, first.replace(f"rank {rank}", who(rank), 1), _log_tail(trial_dir, rank), done
-    primary = [e for e in errors if e.get("kind") not in ("peer", "timeout")]
+    primary = [e for e in errors if e.kind not in ("peer", "timeout")]
     if primary:
         e = primary[0]
-        return Outcome.CRASHED, f"{who(e['rank'])}: {e['type']}: {e['message']}", e.get("lines", []), done
-    timeouts = [e for e in errors if e.get("kind") == "timeout"]
+        return Outcome.CRASHED, f"{who(e.rank)}: {e.type}: {e.message}", e.lines, done
+    timeouts = [e for e in errors if e.kind == "timeout"]
     if timeouts:
-        e = timeouts[0]
-        return Outcome.HANG, f"{who(e['rank'])}: a collective timed out", e.get("lines", []), done
+        return Outcome.HANG, f"{who(timeouts[0].rank)}: a collective timed out", timeouts[0].lines, done
     if errors:
         e = errors[0]
-        return Outcome.CRASHED, f"{who(e['rank'])}: {e['type']}: {e['message']}", e.get("lines", []), done
-    if isinstance(done, dict):
-        return Outcome(done.get("outcome", "complete")), str(done.get("reason", "")), [], done
+        return Outcome.CRASHED, f"{who(e.rank)}: {e.type}: {e.message}", e.lines, done
+    if done is not None:
+        return Outcome(done.outcome), done.reason, [], done
     reason = exit_summary or "the run ended without a result"
     return Outcome.CRASHED, reason, _launcher_tail(trial_dir), done
 

@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from autotune.errors import LaunchError
 from autotune.spec import TrialLimits
-from autotune.trial_result import Outcome, TrialResult, Window
+from autotune.trial_result import Outcome, RecordError, TrialResult, Window
 from autotune.trial_runner._base import Launcher, RunHandle
-from autotune.trial_runner._exit import classify_exit, rank_hosts, read_json
+from autotune.trial_runner._exit import classify_exit, rank_hosts
 from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._load import LoadMeter
 from autotune.trial_runner._memory import tree_memory_mb
@@ -25,6 +24,7 @@ from autotune.trial_runner._plan import (
     METRICS_FILE,
     TrialPlan,
 )
+from autotune.trial_runner._records import AppliedRecord, DoneRecord, parse_window_line, read_record
 from autotune.trial_runner._trace import traced
 
 # Called every poll with (seconds since launch, windows so far) — for progress displays.
@@ -36,12 +36,15 @@ END_POLLS = 10  # after the last window, the run's end is looked for this many t
 
 
 class MetricsTail:
-    """Reads complete new JSON lines from a growing metrics.jsonl."""
+    """Reads complete new window records from a growing metrics.jsonl; a line that is not a window record
+    raises RecordError (naming the line and the field), never a silent drop. A last line without its newline
+    is still being written: it is read once it is complete."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
         self._partial = b""
+        self._lines = 0
 
     def read(self) -> list[Window]:
         try:
@@ -55,8 +58,8 @@ class MetricsTail:
         *lines, self._partial = data.split(b"\n")
         windows = []
         for line in lines:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                windows.append(Window.from_json(json.loads(line)))
+            self._lines += 1
+            windows.append(parse_window_line(line, f"{self.path.name} line {self._lines}"))
         return windows
 
 
@@ -128,7 +131,15 @@ class Monitor:
         return worst
 
     def watch(self) -> Verdict:
+        """Until the run ends or must be ended; a window record that does not parse ends it as crashed."""
         verdict = Verdict()
+        try:
+            return self._watch(verdict)
+        except RecordError as e:
+            verdict.outcome, verdict.reason = Outcome.CRASHED, f"rank 0's window record does not parse: {e}"
+            return verdict
+
+    def _watch(self, verdict: Verdict) -> Verdict:
         start = self.clock()
         initial_beat = self._heartbeat_mtime()
         last_beat, last_beat_at = initial_beat, start
@@ -238,17 +249,8 @@ def run_trial(
     load.start()
     verdict = Verdict()
     try:
-        verdict = Monitor(
-            handle,
-            trial_dir,
-            plan.limits,
-            max_memory_mb=max_memory_mb,
-            on_window=on_window,
-            on_tick=on_tick,
-            poll_s=poll_s,
-            device_memory=plan.config.device == "cuda",
-            load=load,
-        ).watch()
+        verdict = Monitor(handle, trial_dir, plan.limits, max_memory_mb=max_memory_mb, on_window=on_window,
+                          on_tick=on_tick, poll_s=poll_s, device_memory=plan.config.device == "cuda", load=load).watch()
         if verdict.outcome in (Outcome.HANG, Outcome.TIMEOUT):
             cause = handle.diagnose()
             if cause:  # a lost node, not a hang of the training
@@ -257,10 +259,9 @@ def run_trial(
         with traced("terminate", trial_dir=str(trial_dir)):  # the run ended (or was stopped): its processes go
             handle.terminate(grace_s)
     wall = time.monotonic() - started
-    windows = verdict.windows
     # Windows written after the monitor stopped reading (rank 0 racing the kill) are ignored: the trial
     # is judged on what the monitor saw.
-    done: dict[str, Any] | None = None
+    done: DoneRecord | None = None
     error_lines: list[str] = []
     if verdict.outcome is not None:
         outcome, reason = verdict.outcome, verdict.reason
@@ -272,18 +273,26 @@ def run_trial(
     measured = load.finish()  # the run's processes are gone and reaped
     result.machine_load, result.busy, result.gpu_other_processes = (
         measured.machine_load, measured.busy, measured.gpu_other_processes)
+    _measurements(result, plan, verdict, done)
+    _knob_facts(result, plan, trial_dir)
+    with contextlib.suppress(OSError):
+        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+    return result
+
+
+def _measurements(result: TrialResult, plan: TrialPlan, verdict: Verdict, done: DoneRecord | None) -> None:
+    """The numbers of a trial: its windows, rank 0's done record (a run that ended by itself), the memory."""
+    windows = verdict.windows
     result.take_windows(windows)
-    if done:
-        result.steps = int(done.get("steps", result.steps))
-        result.samples = int(done.get("samples", result.samples))
-        result.training_s = float(done.get("training_s") or 0.0)
-        result.training_span_s = float(done.get("training_span_s") or 0.0)
-        if done.get("time_to_first_step_s") is not None:
-            result.time_to_first_step_s = float(done["time_to_first_step_s"])
-        if result.loss is None and done.get("loss") is not None:
-            result.loss = float(done["loss"])
-        if done.get("eval_loss") is not None:
-            result.eval_loss = float(done["eval_loss"])
+    if done is not None:
+        result.steps, result.samples = done.steps, done.samples
+        result.training_s, result.training_span_s = done.training_s, done.training_span_s
+        if done.time_to_first_step_s is not None:
+            result.time_to_first_step_s = done.time_to_first_step_s
+        if result.loss is None and done.loss is not None:
+            result.loss = done.loss
+        if done.eval_loss is not None:
+            result.eval_loss = done.eval_loss
     elif windows:
         result.training_s = sum(
             w_samples / w.window_throughput_samples_s
@@ -296,22 +305,21 @@ def run_trial(
         result.host_memory_mb = round(verdict.observed_peak_mb, 2)
         if plan.config.device != "cuda":
             result.peak_memory_mb = max(result.peak_memory_mb or 0.0, result.host_memory_mb)
-    _knob_facts(result, plan, trial_dir)
-    with contextlib.suppress(OSError):
-        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
-    return result
 
 
 def _knob_facts(result: TrialResult, plan: TrialPlan, trial_dir: Path) -> None:
     """What rank 0 recorded of the knobs it applied: compile_s and the resolved threads_per_rank. A trial
-    stopped by max_seconds while torch.compile still compiled says so in its reason."""
-    applied = read_json(trial_dir / APPLIED_FILE)
-    applied = applied if isinstance(applied, dict) else {}
-    if isinstance(applied.get("compile_s"), (int, float)):
-        result.compile_s = float(applied["compile_s"])
-    threads = applied.get("threads_per_rank")
-    if isinstance(threads, dict) and isinstance(threads.get("resolved"), int):
-        result.threads_per_rank = threads["resolved"]
+    stopped by max_seconds while torch.compile still compiled says so in its reason. An applied.json that does
+    not parse makes the trial crashed, the file and field named."""
+    try:
+        applied = read_record(trial_dir / APPLIED_FILE, AppliedRecord) or AppliedRecord()
+    except RecordError as e:
+        result.outcome, result.reason = Outcome.CRASHED, f"rank 0's applied record does not parse: {e}"
+        return
+    if applied.compile_s is not None:
+        result.compile_s = applied.compile_s
+    if applied.threads_per_rank is not None:
+        result.threads_per_rank = applied.threads_per_rank.resolved
     mode = plan.config.compile
     if result.outcome is Outcome.TIMEOUT and mode != "off" and result.compile_s is None:
         result.reason += (

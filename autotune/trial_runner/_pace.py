@@ -19,12 +19,13 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from autotune.errors import LaunchError
-from autotune.trial_result import Window
+from autotune.trial_result import RecordError, Window
 from autotune.trial_runner._base import Launcher, RunHandle
-from autotune.trial_runner._exit import classify_exit, read_json
+from autotune.trial_runner._exit import classify_exit
 from autotune.trial_runner._monitor import MetricsTail, prepare_trial_folder
 from autotune.trial_runner._plan import (
     DONE_FILE,
@@ -33,6 +34,7 @@ from autotune.trial_runner._plan import (
     PARKED_FILE,
     TrialPlan,
 )
+from autotune.trial_runner._records import DoneRecord, read_record
 
 GATE_POLL_S = 0.0005  # how often a parked rank looks at the gate (it is frozen most of the time it waits)
 TERMINATE_GRACE_S = 3.0
@@ -159,8 +161,11 @@ class PacedRun:
             done = self.trial_dir / DONE_FILE
             while not done.exists() and handle.poll() is None and self.clock() < deadline:
                 time.sleep(self.poll_s * 10)
-            data = read_json(done)
-            return data if isinstance(data, dict) else None
+            try:
+                record = read_record(done, DoneRecord)
+            except RecordError as e:
+                raise PacedRunFailed(f"its done record does not parse: {e}") from None
+            return asdict(record) if record is not None else None
         finally:
             self.close()
 

@@ -48,6 +48,9 @@ class TrialPlan(BaseModel):
         "through the trial folder's gate file; it trains until it is ended",
     )
     evaluate: bool = Field(True, description="a complete trial evaluates the workload's eval_dataset (eval_loss)")
+    step_anatomy: bool = Field(
+        True, description="time each step's parts (internal: benchmarks/step_anatomy.py measures its cost with it off)"
+    )
 
     def write(self, trial_dir: Path) -> Path:
         trial_dir.mkdir(parents=True, exist_ok=True)

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from autotune.errors import first_line
 from autotune.trial_runner._plan import ERRORS_DIR
 from autotune.trial_runner._process import set_parent_death_signal
+from autotune.trial_runner._records import RankErrorRecord, write_record
 
 
 def redirect_output(trial_dir: Path, rank: int) -> IO[str]:
@@ -97,24 +97,22 @@ def classify(error: BaseException) -> str:
 def write_error(trial_dir: Path, rank: int, error: BaseException) -> None:
     lines = traceback.format_exception(type(error), error, error.__traceback__)
     flat = [ln for chunk in lines for ln in chunk.rstrip("\n").splitlines()]
-    record: dict[str, Any] = {
-        "rank": rank,
-        "kind": classify(error),
-        "type": type(error).__name__,
-        "message": first_line(error)[:500],
-        "lines": flat[-60:],  # room for the user's frame under a library's (shown first by the CLI)
-        "time": time.time(),
-    }
+    record = RankErrorRecord(
+        rank=rank,
+        kind=classify(error),
+        type=type(error).__name__,
+        message=first_line(error)[:500],
+        lines=flat[-60:],  # room for the user's frame under a library's (shown first by the CLI)
+        time=time.time(),
+    )
     with contextlib.suppress(Exception):  # the innermost frame in the workload's code, however deep below it
         from autotune.tracebacks import user_frame
 
         frame = user_frame(error.__traceback__)
-        record["where"] = frame.where() if frame else None
+        record.where = frame.where() if frame else None
     folder = trial_dir / ERRORS_DIR
     with contextlib.suppress(OSError):
         folder.mkdir(exist_ok=True)
-        tmp = folder / f"rank{rank}.json.tmp"
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(folder / f"rank{rank}.json")
+        write_record(folder / f"rank{rank}.json", record)
     with contextlib.suppress(Exception):
         print("\n".join(flat), flush=True)

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.trial_runner._records import WarmupFacts
+
 SETTLE_WINDOWS = 2  # probe windows compared: the newest against the one before it
 
 
@@ -82,14 +84,14 @@ class Warmup:
         elif step + self.probe_steps > self.cap_steps:
             self.measure_from, self.settled = step, False
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> WarmupFacts:
         """What applied.json keeps of the warm-up."""
-        return {
-            "mode": "steady" if self.steady else "fixed",
-            "steps_used": self.measure_from,
-            "settled": self.settled,
-            "probe_steps": self.probe_steps,
-            "cap_steps": self.cap_steps,
-            "tolerance": self.tolerance,
-            "probe_throughputs": [round(t, 2) for t in self.throughputs],
-        }
+        return WarmupFacts(
+            mode="steady" if self.steady else "fixed",
+            steps_used=self.measure_from,
+            settled=self.settled,
+            probe_steps=self.probe_steps,
+            cap_steps=self.cap_steps,
+            tolerance=self.tolerance,
+            probe_throughputs=[round(t, 2) for t in self.throughputs],
+        )

@@ -61,7 +61,11 @@ class Runner:
         if self.failed is not None:
             self.entrant.close()
             return
-        done = self.entrant.finish(timeout_s) or {}
+        try:
+            done = self.entrant.finish(timeout_s) or {}
+        except RuntimeError as e:  # its done record did not parse
+            self.failed = str(e)
+            return
         value = done.get("eval_loss")
         self.eval_loss = float(value) if isinstance(value, (int, float)) else None
 

@@ -12,6 +12,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -45,35 +46,7 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
     on a full disk is no verdict on its configuration: it is recorded as interrupted (retried on resume) and
     the run stops with one line (:class:`DiskFull`)."""
     _stop_if_disk_full(study, trial, result)
-    attrs: dict[str, Any] = {
-        "outcome": result.outcome.value,
-        "reason": result.reason,
-        "throughput_samples_s": _clean(result.throughput_samples_s),
-        "peak_memory_mb": _clean(result.peak_memory_mb),
-        "host_memory_mb": _clean(result.host_memory_mb),
-        "loss": _clean(result.loss),
-        "eval_loss": _clean(result.eval_loss),
-        "time_to_first_step_s": _clean(result.time_to_first_step_s),
-        "wall_s": round(result.wall_s, 3),
-        "training_s": round(result.training_s, 4),
-        "compile_s": _clean(result.compile_s),
-        "threads_per_rank": result.threads_per_rank,
-        "hosts": result.hosts,
-        "machine_load": result.machine_load,
-        "busy": result.busy,
-        "gpu_other_processes": result.gpu_other_processes,
-        "steps": result.steps,
-        "samples": result.samples,
-        "warmup_steps_used": result.warmup_steps_used,
-        "settled": result.settled,
-        "throughput_spread": _clean(result.throughput_spread),
-        "windows": [
-            [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
-            for w, extra in zip(result.windows, window_extras(result.windows, spec), strict=True)
-        ],
-        "trial_dir": result.trial_dir,
-        "error_lines": result.error_lines[-15:],
-    }
+    attrs = result_attrs(spec, result)
     attrs.update(time_to_loss_attrs(result, spec))
     # The verdict first, so that the constraints go in the attributes' transaction.
     outcome = result.outcome
@@ -100,6 +73,41 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
         study.tell(trial, values)
     else:
         study.tell(trial, state=state)
+
+
+def result_attrs(spec: StudySpec, result: TrialResult) -> dict[str, Any]:
+    """What a trial's user attributes hold of its result (docs/storage.md), less time-to-loss's."""
+    return {
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "throughput_samples_s": _clean(result.throughput_samples_s),
+        "peak_memory_mb": _clean(result.peak_memory_mb),
+        "host_memory_mb": _clean(result.host_memory_mb),
+        "loss": _clean(result.loss),
+        "eval_loss": _clean(result.eval_loss),
+        "time_to_first_step_s": _clean(result.time_to_first_step_s),
+        "wall_s": round(result.wall_s, 3),
+        "training_s": round(result.training_s, 4),
+        "compile_s": _clean(result.compile_s),
+        "threads_per_rank": result.threads_per_rank,
+        "hosts": result.hosts,
+        "machine_load": result.machine_load,
+        "busy": result.busy,
+        "gpu_other_processes": result.gpu_other_processes,
+        "steps": result.steps,
+        "samples": result.samples,
+        "warmup_steps_used": result.warmup_steps_used,
+        "settled": result.settled,
+        "throughput_spread": _clean(result.throughput_spread),
+        "step_anatomy": asdict(result.step_anatomy) if result.step_anatomy is not None else None,
+        "step_anatomy_mean": asdict(result.step_anatomy_mean) if result.step_anatomy_mean is not None else None,
+        "windows": [
+            [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
+            for w, extra in zip(result.windows, window_extras(result.windows, spec), strict=True)
+        ],
+        "trial_dir": result.trial_dir,
+        "error_lines": result.error_lines[-15:],
+    }
 
 
 #: A trial folder's device with less free space than this, under a trial that did not end well: a full disk.

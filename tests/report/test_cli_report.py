@@ -17,9 +17,9 @@ from autotune.workload_check import load_spec
 from .conftest import Built, needs_chromium
 from .studies import write_study_file
 
-# history, throughput, memory, scale (its trials ran at world sizes 1 and 2), importance, parallel, intermediate,
-# timeline, feasibility
-FIGURES_SINGLE = 9
+# history, throughput, memory, anatomy, scale (its trials ran at world sizes 1 and 2), importance, parallel,
+# intermediate, timeline, feasibility
+FIGURES_SINGLE = 10
 
 
 def _copy_study(built: Built, root: Path) -> Path:
@@ -117,8 +117,8 @@ def test_png_export_writes_one_png_per_figure(single: Built, tmp_path: Path) -> 
                                        "--png", str(tmp_path / "png")])
     assert result.exit_code == 0, result.output
     pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
-    assert pngs == sorted(f"{k}.png" for k in ("history", "throughput", "memory", "scale", "importance", "parallel",
-                                               "intermediate", "timeline", "feasibility"))
+    assert pngs == sorted(f"{k}.png" for k in ("history", "throughput", "memory", "anatomy", "scale", "importance",
+                                               "parallel", "intermediate", "timeline", "feasibility"))
     for name in pngs:
         data = (tmp_path / "png" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -50,6 +50,11 @@ def test_trial_json_reports_outcome_metrics_and_config(tmp_path: Path) -> None:
     assert payload["config"]["amp"] == "bf16"  # fixed in the study's search space
     assert payload["config"]["num_workers"] == 0  # not in the search space: its default
     assert payload["throughput_samples_s"] > 0 and payload["peak_memory_mb"] > 0
+    for key in ("step_anatomy", "step_anatomy_mean"):  # where a step went: the slowest rank and the ranks' mean
+        anatomy = payload[key]
+        assert set(anatomy) == {"data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s", "other_s",
+                                "data_wait_share"}
+        assert anatomy["forward_backward_s"] > 0 and 0 <= anatomy["data_wait_share"] <= 1
     trial_dir = Path(payload["trial_dir"])
     assert trial_dir.parent == tmp_path / "runs" / "cli-trial"
     assert json.loads((trial_dir / "config.json").read_text())["config"]["global_batch"] == 32

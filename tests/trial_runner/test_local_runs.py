@@ -54,7 +54,7 @@ def test_every_knob_is_applied_at_world_size_2(run_faulty: RunFaulty, kind: str)
     applied = json.loads((trial_dir / "applied.json").read_text())
     assert applied["dataloader"] == {"batch_size": 16, "num_workers": 2, "prefetch_factor": 4,
                                      "pin_memory": False, "persistent_workers": True,
-                                     "sampler": "DistributedSampler"}
+                                     "sampler": "DistributedSampler", "split": None}  # split: a stream's
     assert applied["ddp_bucket_bytes_cap"] == 1 * 2**20
     assert applied["autocast_enabled"] is True and applied["autocast_dtype"] == "bfloat16"
     assert applied["checkpoint_wrappers"] == 2  # the two Blocks of faulty.Net

@@ -44,7 +44,7 @@ def test_steady_warmup_starts_measuring_where_the_throughput_stopped_rising() ->
     assert warmup.settled and warmup.measure_from == 23
     assert warmup.throughputs == [50.0, 80.0, 97.0, 100.0]
     record = warmup.record()
-    assert record["steps_used"] == 23 and record["settled"] is True and record["mode"] == "steady"
+    assert record.steps_used == 23 and record.settled is True and record.mode == "steady"
     # scatter both ways after the first window is no slow start: measured from the second probe on
     assert _run(limits, [100.0, 70.0, 130.0]).measure_from == 13
 

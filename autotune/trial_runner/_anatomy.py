@@ -1,0 +1,103 @@
+"""Step anatomy inside a rank: where each step's time goes, at the cost of a few clock readings a step.
+
+Each step is cut into laps: waiting for the next batch (the loader's ``next()`` and the copy to the device),
+forward and backward, and the optimizer step (with ``zero_grad``). On the CPU a lap is two
+``time.perf_counter()`` readings; on CUDA two events on the current stream, resolved only at the window's
+end (the loop synchronises there), so a lap is the time the device's stream spent in it.
+
+Gradient synchronisation not hidden behind computation (``sync_exposed_s``) under DDP: DDP launches a
+bucket's all-reduce (through the comm hook :func:`timing_hook` registers, the same all-reduce as DDP's own)
+as soon as the bucket's gradients are computed, and ``loss.backward()`` returns once every all-reduce is done.
+The last bucket is launched when the backward's computation ends, so what ``backward()`` takes after that last
+launch is communication nothing computed behind: the exposed part. An earlier bucket's all-reduce that
+finished while the backward still computed costs nothing there, as it costs the step nothing. This needs one
+clock reading per bucket (a handful per step) and no extra step: the alternative, timing a step under
+``no_sync()`` and subtracting it, would run a different step and read two noisy times for one difference.
+FSDP's collectives run inside its own hooks: under FSDP ``sync_exposed_s`` is not separated (None) and is
+part of ``forward_backward_s``. One rank without DDP has no synchronisation: 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+PARTS = ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s")
+DATA, FORWARD_BACKWARD, SYNC, OPTIMIZER = range(len(PARTS))
+
+
+class StepLaps:
+    """One rank's laps since the last window boundary, summed by part (seconds). Off (``on`` False: the
+    plan's internal ``step_anatomy`` switch, for benchmarks/step_anatomy.py) it reads no clock."""
+
+    def __init__(self, device: torch.device, sync: bool | None, on: bool = True) -> None:
+        """``sync``: True under DDP (exposed sync measured), False without synchronisation, None under FSDP."""
+        self.on = on
+        self.cuda = device.type == "cuda"
+        self.sync = sync
+        self.allreduce_calls = 0  # buckets launched, all steps (applied.json under plan.trace)
+        self._last_launch: Any = None
+        self._pending: list[tuple[int, Any, Any]] = []  # CUDA: (part, start event, end event)
+        self.totals = [0.0] * len(PARTS)
+
+    def mark(self) -> Any:
+        """Now: a perf_counter reading, or (CUDA) an event recorded on the current stream (off: 0.0)."""
+        if not self.on:
+            return 0.0
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def lap(self, part: int, start: Any) -> Any:
+        """Add the time from ``start`` to now to ``part``; returns now (the next lap's start)."""
+        if not self.on:
+            return 0.0
+        now = self.mark()
+        if self.cuda:
+            self._pending.append((part, start, now))
+        else:
+            self.totals[part] += now - start
+        return now
+
+    def bucket_launched(self) -> None:
+        """Called by the comm hook as DDP launches a bucket's all-reduce."""
+        self.allreduce_calls += 1
+        self._last_launch = self.mark()
+
+    def backward_done(self, end: Any) -> None:
+        """The synchronising backward returned at ``end``: the time since the last bucket's launch is exposed."""
+        if self._last_launch is not None and self.on:
+            if self.cuda:
+                self._pending.append((SYNC, self._last_launch, end))
+            else:
+                self.totals[SYNC] += end - self._last_launch
+            self._last_launch = None
+
+    def take(self) -> list[float]:
+        """The sums since the last call (CUDA: the stream is synchronised first), and start anew. The exposed
+        sync is inside the forward/backward lap: it is taken out of it here."""
+        if self._pending:
+            torch.cuda.synchronize()
+            for part, start, end in self._pending:
+                self.totals[part] += start.elapsed_time(end) / 1000.0
+            self._pending.clear()
+        totals, self.totals = self.totals, [0.0] * len(PARTS)
+        totals[FORWARD_BACKWARD] = max(0.0, totals[FORWARD_BACKWARD] - totals[SYNC])
+        return totals
+
+
+def timing_hook(laps: StepLaps) -> Any:
+    """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum) and tells
+    ``laps`` when each bucket is launched."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
+    def hook(state, bucket):  # type: ignore[no-untyped-def]
+        laps.bucket_launched()
+        return default_hooks.allreduce_hook(state, bucket)
+
+    return hook

@@ -1,0 +1,150 @@
+"""Building one rank's training: the process group, the model as the knobs wrap it (checkpointing, compile,
+DDP or FSDP2), and what every rank applied, gathered for applied.json."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autotune.search_space import TrialConfig
+from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, blas_threads, shard_model
+from autotune.trial_runner._records import AppliedRecord, RankFacts
+from autotune.workload import Workload
+
+
+@dataclass
+class RankContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    trial_dir: Path
+
+    @classmethod
+    def from_env(cls, trial_dir: Path) -> RankContext:
+        # torchrun's variables, never SLURM_*: inside an allocation SLURM_PROCID leaks into every rank.
+        return cls(
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])),
+            trial_dir=trial_dir,
+        )
+
+
+def rank_device(cfg: TrialConfig, ctx: RankContext) -> torch.device:
+    if cfg.device == "cuda":
+        torch.cuda.set_device(ctx.local_rank)
+        return torch.device("cuda", ctx.local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(device: torch.device, startup_timeout_s: float) -> None:
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=startup_timeout_s), **kwargs)
+
+
+@dataclass
+class WrappedModel:
+    """The model as the trial trains it: ``model`` (DDP-wrapped when ``ddp`` is set), the bare ``module``."""
+
+    model: torch.nn.Module
+    module: torch.nn.Module
+    ddp: Any  # DistributedDataParallel or None
+    fsdp: bool
+
+
+def wrap_model(
+    workload: Workload, cfg: TrialConfig, ctx: RankContext, device: torch.device, applied: AppliedRecord
+) -> WrappedModel:
+    """The workload's model with checkpointing, compile and DDP or FSDP2 applied as ``cfg`` says."""
+    model = workload.model()
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("the workload's model has no trainable parameters")
+    if cfg.activation_checkpointing:
+        wrapped = apply_checkpointing(model, workload.checkpoint_modules)
+        if wrapped == 0:
+            raise ValueError("activation_checkpointing: no module of checkpoint_modules found in the model")
+        applied.checkpoint_wrappers = wrapped
+    model.to(device)
+    if cfg.compile != "off":
+        # Compiled in place before DDP/FSDP wrap it (the module tree is unchanged); the compile itself
+        # happens lazily in the first step, a warm-up step.
+        model.compile(mode=cfg.compile)
+    if cfg.sharding != "ddp":
+        applied.fsdp_units = shard_model(model, workload.shard_units, cfg, device)
+        applied.fsdp_reshard_after_forward = cfg.sharding == "fsdp"
+        return WrappedModel(model, model, None, True)
+    if ctx.world_size == 1:
+        return WrappedModel(model, model, None, False)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(
+        model,
+        device_ids=[ctx.local_rank] if device.type == "cuda" else None,
+        bucket_cap_mb=cfg.bucket_cap_mb,
+        gradient_as_bucket_view=bool(cfg.gradient_as_bucket_view),
+        static_graph=bool(cfg.static_graph),
+    )
+    applied.ddp_bucket_bytes_cap = ddp.bucket_bytes_cap
+    applied.ddp_gradient_as_bucket_view = ddp.gradient_as_bucket_view
+    applied.ddp_static_graph = ddp.static_graph
+    return WrappedModel(ddp, model, ddp, False)
+
+
+def gather_rank_facts(model: torch.nn.Module, cfg: TrialConfig, ctx: RankContext, ddp: bool) -> list[RankFacts]:
+    """What every rank applied (threads, environment, compiled forward, sharded parameters), gathered to
+    every rank: a knob that reached only rank 0 shows in applied.json's ``ranks``."""
+    from torch.distributed.tensor import DTensor
+
+    start_env = start_environment()
+    params = list(model.parameters())
+    local = sum((p.to_local().numel() if isinstance(p, DTensor) else p.numel()) for p in params)
+    facts = RankFacts(
+        rank=ctx.rank,
+        torch_threads=torch.get_num_threads(),
+        blas_threads=blas_threads(),
+        thread_env={name: os.environ.get(name) for name in THREAD_ENV},
+        env={name: os.environ.get(name) for name in cfg.env},
+        env_at_start={name: start_env.get(name) for name in cfg.env},
+        thread_env_at_start={name: start_env.get(name) for name in THREAD_ENV},
+        compiled=getattr(model, "_compiled_call_impl", None) is not None,
+        dtensor_params=sum(isinstance(p, DTensor) for p in params),
+        local_param_numel=local,
+        param_numel=sum(p.numel() for p in params),
+        ddp=ddp,
+    )
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, facts)
+    return gathered
+
+
+def watch_autocast(model: torch.nn.Module, device_type: str, applied: AppliedRecord) -> None:
+    """Record, once, whether autocast is on in the forward pass and with which dtype."""
+
+    def hook(module: torch.nn.Module, args: Any) -> None:
+        enabled = torch.is_autocast_enabled(device_type)
+        applied.autocast_enabled = enabled
+        applied.autocast_dtype = str(torch.get_autocast_dtype(device_type)).removeprefix("torch.") if enabled else None
+        handle.remove()
+
+    handle = model.register_forward_pre_hook(hook)
+
+
+def start_environment() -> dict[str, str]:
+    """This process's environment as it was exec'ed (/proc/self/environ), before anything changed it."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
