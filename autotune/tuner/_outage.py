@@ -9,6 +9,10 @@ longer than :data:`STORAGE_WAIT_S` (``AUTOTUNE_STORAGE_WAIT_S`` in the environme
 :class:`StorageUnreachable`, one line, exit status 1; from then on every call of this process fails at once,
 so the code that cleans up after it (a trial's processes, the launcher) does not wait again.
 
+Only a storage this process has reached is waited for: a PostgreSQL URL that never answered (a typo, a server
+not started) fails at once with the database's own error, as before there was a study to protect. (SQLite is
+always waited for: its "database is locked" is another run's transaction, not a wrong URL.)
+
 A heartbeat is not waited for: it is tried once and skipped while the storage is away (the next one comes
 :data:`~autotune.tuner._storage.HEARTBEAT_INTERVAL_S` later). Nor is a running trial's report to the pruner
 (:meth:`Patience.unless_down`): the trial runs on under its limits and its result is written once the storage
@@ -125,6 +129,11 @@ class Patience:
         self.gave_up: str | None = None
         self.outages = 0
 
+    @property
+    def reached(self) -> bool:
+        """Whether this process has had an answer from the storage (through any guard of its URL)."""
+        return self.url in _REACHED
+
     def __call__(self, call: Callable[[], T]) -> T:
         """``call()``, retried with back-off while the storage is unreachable, up to the limit."""
         backoff = FIRST_BACKOFF_S
@@ -165,10 +174,11 @@ class Patience:
                     f"no space left for the study's storage {self.where}: {_reason(e)}; free space in "
                     f"{_folder_of(self.url)} and rerun: finished trials are kept"
                 ) from None
-            if kind is None:
+            if kind is None or (kind == "down" and not self.sqlite and not self.reached):
                 raise
             self._went_down(e)
             raise _Down(e) from None
+        _REACHED.add(self.url)
         self._came_back()
         return result
 
@@ -208,6 +218,7 @@ def _stderr(line: str) -> None:
 
 
 _PATIENCE: dict[str, Patience] = {}
+_REACHED: set[str] = set()  # the storage URLs this process has had an answer from
 _PATIENCE_LOCK = threading.Lock()
 
 

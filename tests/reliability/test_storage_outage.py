@@ -17,6 +17,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.trial_runner import free_port
 from autotune.tuner import counts_toward_budget, make_storage
 from autotune.tuner._outage import Patience, StorageUnreachable
 from tests.conftest import PostgresControl
@@ -49,6 +50,7 @@ def test_a_storage_call_waits_while_postgresql_restarts(postgres_url: str, postg
     lines: list[str] = []
     guard = Patience(postgres_url, limit_s=60, say=lines.append)
     storage.guard = guard  # type: ignore[attr-defined]  # this test's guard: its lines are read here
+    storage.get_all_studies()  # reached once: only a storage that answered is waited for
     postgres_control.stop()
     restart = threading.Timer(4.0, postgres_control.start)
     restart.start()
@@ -69,6 +71,7 @@ def test_a_storage_that_stays_away_is_one_error_after_the_limit(
     storage = make_storage(postgres_url)
     lines: list[str] = []
     storage.guard = Patience(postgres_url, limit_s=2, say=lines.append)  # type: ignore[attr-defined]
+    storage.get_all_studies()  # reached once: only a storage that answered is waited for
     postgres_control.stop()
     started = time.monotonic()
     with pytest.raises(StorageUnreachable) as gave_up:
@@ -185,3 +188,15 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
     assert trials[0].state == TrialState.FAIL and trials[0].user_attrs.get("outcome") in ("interrupted", None)
     assert sum(counts_toward_budget(t) for t in trials) == 2
     assert [t for t in trials[1:] if counts_toward_budget(t) and t.params == trials[0].params]
+
+
+def test_a_storage_never_reached_is_not_waited_for() -> None:
+    # a PostgreSQL URL that never answered (a typo, a server not started): the database's own error at once
+    lines: list[str] = []
+    url = f"postgresql+psycopg://autotune@127.0.0.1:{free_port()}/nowhere"
+    guard = Patience(url, limit_s=60, say=lines.append)
+    started = time.monotonic()
+    with pytest.raises(Exception) as error:
+        guard(lambda: make_storage(url).get_all_studies())
+    assert time.monotonic() - started < 20 and not lines, lines
+    assert not isinstance(error.value, StorageUnreachable)
