@@ -99,7 +99,9 @@ def test_a_second_run_on_a_running_sqlite_study_names_the_first_and_shares_its_b
     make_study: Callable[..., StudyDir], started: float, tmp_path: Path
 ) -> None:
     """The common mistake: `autotune run` started again on the same study while the first still runs."""
-    sd = make_study("twice", workload_args={"sleep_s": 0.05}, trial={"max_steps": 30, "report_every": 3},
+    # trials of 9 s or more: the second run starts (imports, opens the study) while the first's trial still runs,
+    # also on a quiet machine (at 0.05 s a step the first's trial could end before the second looked)
+    sd = make_study("twice", workload_args={"sleep_s": 0.3}, trial={"max_steps": 30, "report_every": 3},
                     search_space={"batch_size": {"choices": [8, 16, 24, 32]}}, sampler={"name": "random", "seed": 2})
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     first = sd.popen("run", "study.yaml", "--n-trials", "6", log=logs[0])
