@@ -1,8 +1,8 @@
-"""A chaos soak, bounded (at most 5 minutes, loopback only): 4 `autotune run` workers on one PostgreSQL study of
-the quickstart's workload (its MLP, trials shortened by the study's own `trial:` settings), 40 trials, one
-PostgreSQL restart 15 s in, then a random worker SIGKILLed about every 10 s and started again. At the end every
-trial is in a final state, none lost, none counted twice, nothing left running, and the recorded choice is a calm run's (an
-SQLite study of the same file, one worker) or tied with it within the calm study's own interval."""
+"""A chaos soak, bounded (at most 5 minutes, loopback only): 4 `autotune run` workers on one PostgreSQL study of the
+quickstart's workload (its MLP, trials shortened by the study's own `trial:` settings), 40 trials, one PostgreSQL
+restart 15 s in, then a random worker SIGKILLed about every 10 s and started again. At the end every trial is in a
+final state, none lost, none counted twice, nothing left running, and the recorded choice is a calm run's (an SQLite
+study of the same file, one worker) or tied with it within the calm study's own interval."""
 
 from __future__ import annotations
 
