@@ -21,23 +21,17 @@ from typing import Any
 
 from _common import (
     MLP,
-    RUNS,
-    Trials,
-    console,
     default_out,
-    knobs_label,
     machine_caption,
     machine_facts,
     make_spec,
     pct,
     print_table,
-    seeded_shuffle,
-    stage,
     study_document,
     warn_if_busy,
     write_json,
 )
-from landscape import trial_record
+from landscape import measure_once
 
 SEARCH: dict[str, Any] = {
     "batch_size": {"low": 8, "high": 256}, "grad_accum": {"choices": [1, 2, 4, 8]},
@@ -83,23 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     warn_if_busy(machine)
     space = held_space(held, search, limits)
     configs = configurations(space)
-    order = seeded_shuffle(range(len(configs)), args.seed)
-    records: list[dict[str, Any] | None] = [None] * len(configs)
-    with Trials(MLP, RUNS / "global_batch_landscape") as trials:
-        with stage("starting the warm launcher (one discarded trial)"):
-            trials.run(space.default_config(), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
-        with stage(f"measuring {len(configs)} configurations once each"):
-            for position, index in enumerate(order):
-                knobs = configs[index]
-                config = space.config(knobs)
-                result = trials.run(config, limits, "warm", tag=knobs_label(knobs).replace(" ", "_"))
-                records[index] = trial_record(knobs, config, result, position)
-                through = result.throughput_samples_s
-                console.print(
-                    f"  {position + 1:3d}/{len(configs)} gb {config.global_batch:4d} {knobs_label(knobs):44s} "
-                    f"{result.outcome.value:9s} {'-' if through is None else f'{through:,.0f}'} samples/s"
-                )
-    measured = [r for r in records if r is not None]
+    measured = measure_once(space, configs, limits, args.seed, "global_batch_landscape")
     summary = _summary(measured, held)
     _print(measured, held, limits, machine)
     write_json(

@@ -102,6 +102,30 @@ def trial_record(knobs: dict[str, Any], config: Any, result: Any, order: int) ->
     }
 
 
+def measure_once(space: Any, configs: list[dict[str, Any]], limits: dict[str, Any], seed: int,
+                 runs: str) -> list[dict[str, Any]]:
+    """Every configuration measured once, in a seeded order, by one warm launcher (its first trial discarded):
+    their records (:func:`trial_record`) in the order of ``configs``."""
+    order = seeded_shuffle(range(len(configs)), seed)
+    records: list[dict[str, Any] | None] = [None] * len(configs)
+    with Trials(MLP, RUNS / runs) as trials:
+        with stage("starting the warm launcher (one discarded trial)"):
+            trials.run(space.default_config(), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
+        with stage(f"measuring {len(configs)} configurations once each"):
+            for position, index in enumerate(order):
+                knobs = configs[index]
+                config = space.config(knobs)
+                result = trials.run(config, limits, "warm", tag=knobs_label(knobs).replace(" ", "_"))
+                records[index] = trial_record(knobs, config, result, position)
+                through = result.throughput_samples_s
+                console.print(
+                    f"  {position + 1:3d}/{len(configs)} gb {config.global_batch:4d} {knobs_label(knobs):44s} "
+                    f"{result.outcome.value:9s} {'-' if through is None else f'{through:,.0f}'} samples/s, "
+                    f"wall {result.wall_s:.2f} s"
+                )
+    return [r for r in records if r is not None]
+
+
 def study_space(grid: dict[str, list[Any]], limits: dict[str, Any]) -> Any:
     """The SearchSpace of the grid, built the way the tuner builds it (so configuration keys match)."""
     from autotune.search_space import study_space as space_of_spec
@@ -133,23 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     default = space.default_config()
     if not space.contains(default):  # threads_per_rank {1, 2}: the baseline runs auto, outside the grid;
         configs.append({name: getattr(default, name) for name in grid})  # a replayed study's first trial
-    order = seeded_shuffle(range(len(configs)), args.seed)
-    records: list[dict[str, Any] | None] = [None] * len(configs)
-    with Trials(MLP, RUNS / "landscape") as trials:
-        with stage("starting the warm launcher (one discarded trial)"):
-            trials.run(space.default_config(), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
-        with stage(f"measuring {len(configs)} configurations once each"):
-            for position, index in enumerate(order):
-                knobs = configs[index]
-                config = space.config(knobs)
-                result = trials.run(config, limits, "warm", tag=knobs_label(knobs).replace(" ", "_"))
-                records[index] = trial_record(knobs, config, result, position)
-                through = result.throughput_samples_s
-                console.print(
-                    f"  {position + 1:3d}/{len(configs)} {knobs_label(knobs):40s} {result.outcome.value:9s} "
-                    f"{'-' if through is None else f'{through:,.0f}'} samples/s, wall {result.wall_s:.2f} s"
-                )
-    measured = [r for r in records if r is not None]
+    records = measure_once(space, configs, limits, args.seed, "landscape")
+    measured = records
     complete = [r for r in measured if r["outcome"] == "complete" and r["throughput_samples_s"]]
     best = max(complete, key=lambda r: r["throughput_samples_s"]) if complete else None
     default_key = next(
