@@ -4,8 +4,6 @@ ranks and their DataLoader workers, in real trials (real ranks, real workers) an
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from autotune.spec import TrialLimits
 from autotune.trial_runner import Launcher, LocalLauncher, TrialPlan, TrialResult, WarmLauncher, run_trial
 from autotune.trial_runner._data import StreamShare
 from autotune.workload import is_stream
+from tests._cli import autotune
 from tests.trial_runner.stream_workload import Numbers, ShardedNumbers
 
 HERE = Path(__file__).parent
@@ -175,34 +174,13 @@ def test_a_study_trains_on_a_hugging_face_stream(tmp_path: Path) -> None:
         "trial: {warmup: fixed, warmup_steps: 2, max_steps: 8, max_seconds: 60}\n"
         "budget: {n_trials: 3}\nconfirm: {top_k: 0}\n"
     )
-    validate = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "validate", "study.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
-    assert validate.returncode == 0, validate.stdout + validate.stderr
+    validate = autotune("validate", "study.yaml", cwd=tmp_path)  # in this process: the CLI, not its start
+    assert validate.exit_code == 0, validate.stdout + validate.stderr
     assert "a stream" in " ".join(validate.stdout.split())
-    out = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "run", "study.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    best = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "best", "study.yaml", "--format", "json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
-    assert best.returncode == 0, best.stderr
+    out = autotune("run", "study.yaml", cwd=tmp_path)  # in this process: the CLI, not its start
+    assert out.exit_code == 0, out.stdout + out.stderr
+    best = autotune("best", "study.yaml", "--format", "json", cwd=tmp_path)  # in this process: the CLI, not its start
+    assert best.exit_code == 0, best.stderr
     assert json.loads(best.stdout)["config"]["num_workers"] in (0, 2)
     import optuna
 
