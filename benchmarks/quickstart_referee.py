@@ -57,13 +57,15 @@ def run_study(folder: Path, method: str) -> dict[str, Any]:
             "confirmation": payload.get("confirmation"), "default_is_best": payload["default_is_best"]}
 
 
-def referee(configs: list[dict[str, Any]], rounds: int, seed: int) -> list[dict[str, Any]]:
-    """Each configuration against the baseline, ``rounds`` paired rounds of whole trials."""
+def referee(configs: list[dict[str, Any]], rounds: int, seed: int, steps: int | None = None) -> list[dict[str, Any]]:
+    """Each configuration against the baseline, ``rounds`` paired rounds of whole trials (of ``steps`` optimizer
+    steps each when given, and a time cap to match; the study's own limits otherwise)."""
     from autotune import load_spec
     from autotune.search_space import study_space
     from autotune.trial_runner import WarmLauncher, plan_for, run_trial
 
-    spec = load_spec(str(QUICKSTART))
+    longer = [f"trial.max_steps={steps}", f"trial.max_seconds={max(30, steps)}"] if steps else []
+    spec = load_spec(str(QUICKSTART), longer)
     space = study_space(spec)
     baseline = space.default_config(spec.baseline)
     rng = random.Random(seed)
@@ -96,18 +98,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="referee rounds per chosen configuration")
     parser.add_argument("--method", choices=["race", "reruns"], default="race")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--referee-steps", type=int, help="the referee's trials run this many steps (default: the "
+                        "study's max_steps): whether a longer whole trial reads the speed-up the race states")
+    parser.add_argument("--configs-from", type=Path, help="skip the studies: referee the choices in this JSON "
+                        "(a previous run's output), against their stated speed-ups")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 run, 2 referee rounds")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     runs_n, rounds = (1, 2) if args.quick else (args.runs, args.rounds)
     started = time.monotonic()
     machine = machine_facts()
-    studies = [run_study(RUNS / "referee" / f"{args.method}-{i}", args.method) for i in range(runs_n)]
+    if args.configs_from:
+        studies = json.loads(args.configs_from.read_text())["results"]["studies"][:runs_n]
+    else:
+        studies = [run_study(RUNS / "referee" / f"{args.method}-{i}", args.method) for i in range(runs_n)]
     distinct: list[dict[str, Any]] = []
     for s in studies:
         if s["config"] not in distinct:
             distinct.append(s["config"])
-    judged = referee(distinct, rounds, args.seed)
+    judged = referee(distinct, rounds, args.seed, args.referee_steps)
     rows = []
     for i, s in enumerate(studies):
         truth = judged[distinct.index(s["config"])]
@@ -126,7 +135,8 @@ def main() -> None:
     print(f"inside the stated interval: {held}/{runs_n}; choices within {spread:.1%} of each other by the referee "
           f"{check(spread <= 0.05)}; median wall {statistics.median(s['wall_s'] for s in studies):.0f} s")
     write_json(args.out or default_out(f"quickstart_referee_{args.method}", args.quick), "quickstart_referee",
-               {"runs": runs_n, "rounds": rounds, "method": args.method, "seed": args.seed},
+               {"runs": runs_n, "rounds": rounds, "method": args.method, "seed": args.seed,
+                "referee_steps": args.referee_steps, "configs_from": str(args.configs_from or "")},
                {"studies": studies, "referee": judged, "held": held, "choice_spread": spread}, machine, started)
 
 
