@@ -195,3 +195,10 @@ def short_part(knob: KnobDef, value: Any) -> str | None:
     if isinstance(value, bool):  # a bool shows its word when on, ``word=false`` when off against a true default
         return knob.short if value else f"{knob.short}=false"
     return knob.short.format(value)
+
+
+def ddp_arguments(config: Any) -> dict[str, Any]:
+    """A configuration's DDP knobs (``ddp_argument=``) as ``DistributedDataParallel`` keyword arguments: what the
+    rank passes to DDP and ``Calibration.ddp_kwargs()`` gives the user (sharding ddp only)."""
+    return {name: getattr(config, name) for name in DDP_ARGUMENTS}
+
