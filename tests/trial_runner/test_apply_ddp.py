@@ -22,7 +22,7 @@ def one_rank_group(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _config(**knobs: object) -> SimpleNamespace:
-    defaults = {name: autotune.knobs.KNOBS[name].default for name in autotune.knobs.DDP_ARGUMENTS}
+    defaults = {name: knob.default for name, knob in autotune.knobs.KNOBS.items() if knob.ddp_argument}
     return SimpleNamespace(**{**defaults, "bucket_cap_mb": 3, "gradient_as_bucket_view": True, "static_graph": False,
                               **knobs})
 
