@@ -1,6 +1,9 @@
-"""The knob table: the knobs autotune searches, their types, bounds and defaults.
+"""The knob table: the knobs autotune searches, their types, bounds and defaults, and what the rooms read from it.
 
-This module is pure data (no Optuna, no torch) so that the study-file parser can use it.
+``TrialConfig``'s fields, the study file's ``search_space`` keys, DDP's and the trainers' keyword arguments,
+``TrialConfig.short()`` and the bottleneck diagnosis are built from these rows, so a knob is a row here and its
+application in the rank (``trial_runner/_apply.py``); docs/architecture.md counts the files. This module is pure
+data (no Optuna, no torch) so that the study-file parser can use it.
 """
 
 from __future__ import annotations
