@@ -352,3 +352,68 @@ def test_the_benchmark_check_sees_each_kind() -> None:
         "        pass\n"
     )
     assert sorted({line for line, _ in _benchmark_reaches(planted)}) == [1, 2, 3, 4, 6, 7, 8]
+
+
+# The knob table (autotune/knobs.py) drives the rooms: TrialConfig's fields, the study file's search_space keys,
+# `--set`, short(), the bottlenecks, DDP's and TrainingArguments' keywords. A knob is then named only in the table
+# and where the rank applies it, so adding one touches those two files, its tests and the docs.
+KNOB_HOMES = {"autotune/knobs.py", "autotune/trial_runner/_apply.py"}
+# A knob's own rule the table does not say, where it lives, and why.
+KNOB_RULES = {
+    # never with grad_accum above 1 (DDP's no_sync() fails under a static graph, pytorch/pytorch#143580): the
+    # config refuses it, the space does not sample it there, the study file and its baseline are checked
+    "static_graph": {"autotune/search_space/_config.py", "autotune/search_space/_space.py", "autotune/spec/_study.py"},
+}
+# Knobs the product reasons about beyond applying them (the batch split, the learning rate, the memory model, the
+# input pipeline, compile's payback, the thread count...): named where they mean something. A knob the table
+# marks core=True must be added here, which says the table no longer drives it alone.
+CORE_KNOBS = {"batch_size", "grad_accum", "lr_scaling", "num_workers", "prefetch_factor", "pin_memory", "amp",
+              "activation_checkpointing", "world_size", "threads_per_rank", "compile", "sharding"}
+
+
+def _knob_names(tree: ast.AST, knobs: set[str]) -> Iterator[tuple[int, str]]:
+    """Where a knob is spelled: a string, an attribute, a keyword argument, a parameter, a name."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            spelled: str | None = node.value
+        elif isinstance(node, ast.Attribute):
+            spelled = node.attr
+        elif isinstance(node, ast.keyword | ast.arg):
+            spelled = node.arg
+        elif isinstance(node, ast.Name):
+            spelled = node.id
+        else:
+            continue
+        if spelled in knobs:
+            yield node.lineno, spelled
+
+
+def test_a_knob_is_named_only_by_the_table_and_where_the_rank_applies_it() -> None:
+    from autotune.knobs import KNOBS
+
+    assert {name for name, knob in KNOBS.items() if knob.core} == CORE_KNOBS
+    plain = set(KNOBS) - CORE_KNOBS
+    found = []
+    for _, path in _modules():
+        where = path.relative_to(PACKAGE.parent).as_posix()
+        if where in KNOB_HOMES:
+            continue
+        for line, knob in _knob_names(ast.parse(path.read_text()), plain):
+            if where not in KNOB_RULES.get(knob, ()):
+                found.append(f"{where}:{line}: {knob}")
+    assert not found, ("derive these from the knob table (autotune/knobs.py), or apply the knob in "
+                       "autotune/trial_runner/_apply.py:\n" + "\n".join(found))
+
+
+def test_the_knob_check_sees_each_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = ("cfg.static_graph\nkw['bucket_cap_mb']\nDDP(m, gradient_as_bucket_view=True)\n"
+               "def f(static_graph): pass\nbucket_cap_mb: int = 25\n'a static_graph in a sentence'\nstatic = 1\n")
+    lines = sorted(line for line, _ in _knob_names(ast.parse(planted), {"static_graph", "bucket_cap_mb",
+                                                                        "gradient_as_bucket_view"}))
+    assert lines == [1, 2, 3, 4, 5]
+    fake = tmp_path / "autotune"
+    (fake / "calibration").mkdir(parents=True)
+    (fake / "calibration" / "_kwargs.py").write_text("def ddp_kwargs(cfg):\n    return {'static_graph': True}\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    with pytest.raises(AssertionError, match=r"autotune/calibration/_kwargs.py:2: static_graph"):
+        test_a_knob_is_named_only_by_the_table_and_where_the_rank_applies_it()

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune.knobs import ddp_arguments
 from autotune.search_space import BatchSplit, TrialConfig
 
 if TYPE_CHECKING:
@@ -124,14 +125,9 @@ class Calibration:
     def ddp_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``DistributedDataParallel`` (add ``device_ids`` on CUDA); empty when the
         chosen ``sharding`` is fsdp (use :meth:`apply_sharding` instead of DDP)."""
-        cfg = self.config
-        if cfg.sharding != "ddp":
+        if self.config.sharding != "ddp":
             return {}
-        return {
-            "bucket_cap_mb": cfg.bucket_cap_mb,
-            "gradient_as_bucket_view": bool(cfg.gradient_as_bucket_view),
-            "static_graph": bool(cfg.static_graph),
-        }
+        return ddp_arguments(self.config)  # as the trials' ranks passed them
 
     def apply_compile(self, model: Any) -> Any:
         """``model.compile(mode=...)`` in place when ``compile`` was chosen (before DDP/FSDP wrap it, as the

@@ -1,6 +1,7 @@
 """The chosen configuration in the terms of the trainers users already have: Hugging Face and Lightning.
 
-Each is a table, knob -> keyword argument: adding a knob is one line in a table. A row's function returns
+Each is a table, keyword argument -> its value; a knob that is one keyword (a DDP argument, a TrainingArguments
+one) comes from the knob table's ``ddp_argument=`` and ``hf_argument=``. A row's function returns
 the argument's value, or :data:`SKIP` when the configuration leaves that argument at the trainer's own
 default (prefetch without DataLoader workers, a DDP bucket under FSDP, ...). Neither library is imported
 to build the keyword arguments (``to_lightning`` imports Lightning only for a DDP strategy object).
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from autotune.knobs import DDP_ARGUMENTS as DDP_KNOB_ARGUMENTS
+from autotune.knobs import KNOBS
 from autotune.search_space import TrialConfig
 
 SKIP = object()
@@ -19,31 +22,28 @@ _PRECISION = {"off": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
 _HF_FSDP = {"fsdp": "full_shard", "fsdp_no_reshard": "shard_grad_op"}
 
 
-def _workers(value: Callable[[TrialConfig], Any]) -> Callable[[TrialConfig], Any]:
-    """A DataLoader-worker argument: only meaningful (and accepted) with num_workers > 0."""
-    return lambda c: value(c) if c.num_workers > 0 else SKIP
+def _knob(name: str, *, when_not_default: bool = False) -> Callable[[TrialConfig], Any]:
+    """A knob's value as it is; SKIP when the configuration leaves it unset (None: prefetch without DataLoader
+    workers, a DDP knob under FSDP) or, with ``when_not_default``, at the knob's default (the trainer's too)."""
+    default = KNOBS[name].default
+
+    def value(config: TrialConfig) -> Any:
+        got = getattr(config, name, None)
+        return SKIP if got is None or (when_not_default and got == default) else got
+
+    return value
 
 
-def _ddp(value: Callable[[TrialConfig], Any]) -> Callable[[TrialConfig], Any]:
-    """A DDP-only argument: left out under FSDP."""
-    return lambda c: value(c) if getattr(c, "sharding", "ddp") == "ddp" and value(c) is not None else SKIP
-
-
-# transformers.TrainingArguments keyword -> its value. world_size is torchrun's --nproc-per-node
-# (Calibration.torchrun_args()), not an argument of TrainingArguments.
+# transformers.TrainingArguments keyword -> its value: the knobs the table maps to one keyword each
+# (``hf_argument=``), then what is derived. world_size is torchrun's --nproc-per-node (Calibration.torchrun_args()),
+# not an argument of TrainingArguments.
 HF_TRAINING_ARGUMENTS: tuple[tuple[str, Callable[[TrialConfig], Any]], ...] = (
-    ("per_device_train_batch_size", lambda c: c.batch_size),
-    ("gradient_accumulation_steps", lambda c: c.grad_accum),
+    *((knob.hf_argument, _knob(name)) for name, knob in KNOBS.items() if knob.hf_argument),
     ("learning_rate", lambda c: c.lr),
-    ("dataloader_num_workers", lambda c: c.num_workers),
-    ("dataloader_prefetch_factor", _workers(lambda c: c.prefetch_factor)),
     ("dataloader_persistent_workers", lambda c: c.num_workers > 0),
-    ("dataloader_pin_memory", lambda c: c.pin_memory),
     ("dataloader_drop_last", lambda c: True),
     ("bf16", lambda c: c.amp == "bf16"),
     ("fp16", lambda c: c.amp == "fp16"),
-    ("gradient_checkpointing", lambda c: c.activation_checkpointing),
-    ("ddp_bucket_cap_mb", _ddp(lambda c: c.bucket_cap_mb)),
     ("use_cpu", lambda c: c.device == "cpu"),
     ("torch_compile", lambda c: getattr(c, "compile", "off") != "off"),
     ("torch_compile_mode", lambda c: c.compile if getattr(c, "compile", "off") != "off" else SKIP),
@@ -58,11 +58,10 @@ LIGHTNING_TRAINER: tuple[tuple[str, Callable[[TrialConfig], Any]], ...] = (
     ("accelerator", lambda c: "gpu" if c.device == "cuda" else "cpu"),
 )
 
-# DDP keyword -> value, for Lightning's DDPStrategy (and anything else that takes DDP's arguments).
-DDP_ARGUMENTS: tuple[tuple[str, Callable[[TrialConfig], Any]], ...] = (
-    ("bucket_cap_mb", lambda c: c.bucket_cap_mb),
-    ("gradient_as_bucket_view", lambda c: getattr(c, "gradient_as_bucket_view", None) or SKIP),
-    ("static_graph", lambda c: getattr(c, "static_graph", None) or SKIP),
+# DDP keyword -> value, for Lightning's DDPStrategy (and anything else that takes DDP's arguments): the table's
+# DDP knobs (``ddp_argument=``); a flag only where it is not DDP's default.
+DDP_ARGUMENTS: tuple[tuple[str, Callable[[TrialConfig], Any]], ...] = tuple(
+    (name, _knob(name, when_not_default=KNOBS[name].type is bool)) for name in DDP_KNOB_ARGUMENTS
 )
 
 

@@ -16,8 +16,8 @@ from autotune.errors import UsageError
 from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, measured_groups, pooled_sd
 from autotune.search_space import BatchSplit
 from autotune.spec import StudySpec
-from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, read_study, summarize, warm_start_line
-from autotune.workload_check import describe_fingerprint, load_spec
+from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, describe_fingerprint, read_study, summarize, warm_start_line
+from autotune.workload_check import load_spec
 
 
 def load_summary(study_file: str, storage: str | None = None) -> tuple[StudySpec, TuneSummary]:

@@ -4,7 +4,7 @@ binds the baseline and the chosen configuration, and which knobs moved it.
 A step's parts (:class:`autotune.trial_result.StepAnatomy`) map to the three bottlenecks autotune's knobs act
 on: the input pipeline (``data_wait_s``), the computation (``forward_backward_s`` and ``optimizer_s``) and the
 gradient synchronisation (``sync_exposed_s``); the largest of them binds. Every knob of the knob table acts
-on one or more of them (:data:`KNOB_BOTTLENECKS`, checked against the table by the tests).
+on one or more of them (:data:`KNOB_BOTTLENECKS`, the table's ``bottlenecks=``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.knobs import COMPUTE, INPUT, KNOBS, SYNC
 from autotune.trial_result import StepAnatomy, parse_record
 
-INPUT, COMPUTE, SYNC, OTHER = "input pipeline", "computation", "gradient synchronisation", "other"
+OTHER = "other"
 
 # The parts of a step each bottleneck is made of.
 BOTTLENECK_PARTS: dict[str, tuple[str, ...]] = {
@@ -26,24 +27,8 @@ BOTTLENECK_PARTS: dict[str, tuple[str, ...]] = {
     OTHER: ("other_s",),
 }
 
-# The bottlenecks each knob acts on.
-KNOB_BOTTLENECKS: dict[str, tuple[str, ...]] = {
-    "batch_size": (INPUT, COMPUTE, SYNC),  # more work per step for every part
-    "grad_accum": (COMPUTE, SYNC),  # one synchronisation per grad_accum micro-batches
-    "amp": (COMPUTE, SYNC),
-    "num_workers": (INPUT,),
-    "prefetch_factor": (INPUT,),
-    "pin_memory": (INPUT,),
-    "activation_checkpointing": (COMPUTE,),
-    "compile": (COMPUTE,),
-    "threads_per_rank": (COMPUTE, INPUT),  # intra-op threads share the cores with the DataLoader workers
-    "bucket_cap_mb": (SYNC,),
-    "world_size": (SYNC, INPUT, COMPUTE),
-    "sharding": (SYNC, COMPUTE),
-    "gradient_as_bucket_view": (SYNC,),
-    "static_graph": (SYNC,),
-    "lr_scaling": (),  # the learning rate: no part of a step's time
-}
+# The bottlenecks each knob acts on (the table's ``bottlenecks=``).
+KNOB_BOTTLENECKS: dict[str, tuple[str, ...]] = {name: knob.bottlenecks for name, knob in KNOBS.items()}
 
 
 def bottleneck_shares(anatomy: StepAnatomy) -> dict[str, float]:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, create_model, model_validator
+
+from autotune.knobs import DDP_ONLY, KNOBS, SHORT_ORDER, KnobDef, short_part
 
 LrScaling = Literal["none", "linear", "sqrt"]
-Amp = Literal["off", "bf16", "fp16"]
 Device = Literal["cpu", "cuda"]
-Compile = Literal["off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"]
-Sharding = Literal["ddp", "fsdp", "fsdp_no_reshard"]
 
 
 def scaled_lr(base_lr: float, base_batch_size: int, global_batch: int, rule: LrScaling) -> float:
@@ -39,31 +38,54 @@ STATIC_GRAPH_WITH_ACCUMULATION = (
 )
 
 
-class TrialConfig(BaseModel):
-    """The knobs of one trial and the values derived from them.
+def _knob_field(knob: KnobDef) -> tuple[Any, Any]:
+    """A knob's TrialConfig field, from the table: its type (None too where it can be unset), bounds, default."""
+    kind: Any = Literal[knob.values] if knob.values is not None else knob.type
+    if knob.words:
+        kind = int | Literal[knob.words]
+    unset = knob.ddp_only or knob.name == "prefetch_factor"  # None unless sharding is ddp / num_workers > 0
+    if unset:
+        kind = kind | None
+    bound: dict[str, Any] = {"ge": knob.minimum} if knob.minimum is not None and not knob.words else {}
+    default = None if knob.name == "prefetch_factor" else knob.default
+    if knob.default is None:  # batch_size: the workload's base_batch_size is the caller's to give
+        return kind, Field(description=knob.help, **bound)
+    return kind, Field(default, description=knob.help, **bound)
+
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+# Every knob of the table, in its order: a knob added to the table is a field of every TrialConfig.
+_KnobFields: Any = create_model("_KnobFields", __config__=_FROZEN, **{  # type: ignore[call-overload]
+    name: _knob_field(knob) for name, knob in KNOBS.items()
+})
+
+
+class TrialConfig(_KnobFields):
+    """The knobs of one trial (a field per knob of :data:`autotune.knobs.KNOBS`) and the values derived from them.
 
     ``global_batch = batch_size * grad_accum * world_size`` and
     ``lr = base_lr * f(global_batch / base_batch_size)``. Build one with :meth:`create`, which derives
     them; the validator refuses a config whose derived values disagree with its knobs.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _FROZEN
 
-    batch_size: int = Field(ge=1, description="per-rank micro-batch")
-    grad_accum: int = Field(1, ge=1)
-    lr_scaling: LrScaling = "sqrt"
-    num_workers: int = Field(0, ge=0)
-    prefetch_factor: int | None = Field(None, ge=1, description="None when num_workers == 0")
-    pin_memory: bool = False
-    amp: Amp = "off"
-    activation_checkpointing: bool = False
-    bucket_cap_mb: int | None = Field(25, ge=1, description="None unless sharding is ddp")
-    world_size: int = Field(1, ge=1)
-    threads_per_rank: int | Literal["auto"] = Field("auto", description="intra-op threads per rank, or auto")
-    compile: Compile = "off"
-    sharding: Sharding = "ddp"
-    gradient_as_bucket_view: bool | None = Field(False, description="None unless sharding is ddp")
-    static_graph: bool | None = Field(False, description="None unless sharding is ddp")
+    if TYPE_CHECKING:  # the core knobs as type checkers see them; another knob of the table reads as Any
+        batch_size: int
+        grad_accum: int
+        lr_scaling: LrScaling
+        num_workers: int
+        prefetch_factor: int | None
+        pin_memory: bool
+        amp: str
+        activation_checkpointing: bool
+        world_size: int
+        threads_per_rank: int | Literal["auto"]
+        compile: str
+        sharding: str
+
+        def __getattr__(self, name: str) -> Any: ...
+
     env: dict[str, str] = Field(default_factory=dict, description="environment variables set in every rank")
     hyperparameters: dict[str, Any] = Field(
         default_factory=dict,
@@ -81,61 +103,44 @@ class TrialConfig(BaseModel):
         *,
         base_lr: float,
         base_batch_size: int,
-        batch_size: int,
-        grad_accum: int = 1,
-        lr_scaling: LrScaling = "sqrt",
-        num_workers: int = 0,
-        prefetch_factor: int | None = None,
-        pin_memory: bool = False,
-        amp: Amp = "off",
-        activation_checkpointing: bool = False,
-        bucket_cap_mb: int | None = 25,
-        world_size: int = 1,
-        threads_per_rank: int | Literal["auto"] = "auto",
-        compile: Compile = "off",
-        sharding: Sharding = "ddp",
-        gradient_as_bucket_view: bool | None = False,
-        static_graph: bool | None = False,
         env: dict[str, str] | None = None,
         hyperparameters: Mapping[str, Any] | None = None,
         device: Device = "cpu",
+        **knobs: Any,
     ) -> TrialConfig:
-        if num_workers == 0:
-            prefetch_factor = None
-        elif prefetch_factor is None:
-            prefetch_factor = 2
-        if sharding != "ddp":  # DDP's own knobs mean nothing under FSDP
-            bucket_cap_mb = gradient_as_bucket_view = static_graph = None
-        else:
-            bucket_cap_mb = 25 if bucket_cap_mb is None else bucket_cap_mb
-            gradient_as_bucket_view = bool(gradient_as_bucket_view)
-            static_graph = bool(static_graph)
-        if static_graph and grad_accum > 1:  # refused when made, not when read: older studies stored some
-            raise ValueError(STATIC_GRAPH_WITH_ACCUMULATION)
-        global_batch = batch_size * grad_accum * world_size
+        """A config from knob values (a knob not given takes the table's default; ``batch_size`` is needed),
+        with prefetch unset without DataLoader workers and DDP's own knobs unset under FSDP."""
+        unknown = sorted(set(knobs) - set(KNOBS))
+        if unknown:
+            raise TypeError(f"TrialConfig.create() got an unexpected keyword argument {unknown[0]!r}")
+        values = {name: knobs.get(name, knob.default) for name, knob in KNOBS.items()}
+        needed = [name for name, knob in KNOBS.items() if knob.default is None and values[name] is None]
+        if needed:
+            raise TypeError(f"TrialConfig.create() missing required keyword argument {needed[0]!r}")
+        if values["num_workers"] == 0:
+            values["prefetch_factor"] = None
+        elif values["prefetch_factor"] is None:
+            values["prefetch_factor"] = KNOBS["prefetch_factor"].default
+        for name in DDP_ONLY:  # DDP's own knobs mean nothing under FSDP
+            knob = KNOBS[name]
+            if values["sharding"] != "ddp":
+                values[name] = None
+            elif values[name] is None:
+                values[name] = knob.default
+            elif knob.type is bool:
+                values[name] = bool(values[name])
+        if values["static_graph"] and values["grad_accum"] > 1:  # refused when made, not when read: older
+            raise ValueError(STATIC_GRAPH_WITH_ACCUMULATION)  # studies stored some
+        global_batch = values["batch_size"] * values["grad_accum"] * values["world_size"]
         return cls(
-            batch_size=batch_size,
-            grad_accum=grad_accum,
-            lr_scaling=lr_scaling,
-            num_workers=num_workers,
-            prefetch_factor=prefetch_factor,
-            pin_memory=pin_memory,
-            amp=amp,
-            activation_checkpointing=activation_checkpointing,
-            bucket_cap_mb=bucket_cap_mb,
-            world_size=world_size,
-            threads_per_rank=threads_per_rank,
-            compile=compile,
-            sharding=sharding,
-            gradient_as_bucket_view=gradient_as_bucket_view,
-            static_graph=static_graph,
+            **values,
             env=dict(env or {}),
             hyperparameters=dict(hyperparameters or {}),
             device=device,
             base_lr=base_lr,
             base_batch_size=base_batch_size,
             global_batch=global_batch,
-            lr=scaled_lr(base_lr, base_batch_size, global_batch, lr_scaling),
+            lr=scaled_lr(base_lr, base_batch_size, global_batch, values["lr_scaling"]),
         )
 
     @model_validator(mode="after")
@@ -151,48 +156,21 @@ class TrialConfig(BaseModel):
             raise ValueError("prefetch_factor is set exactly when num_workers > 0")
         if self.device == "cpu" and (self.amp == "fp16" or self.pin_memory):
             raise ValueError("fp16 and pin_memory need device cuda")
-        ddp_knobs = (self.bucket_cap_mb, self.gradient_as_bucket_view, self.static_graph)
-        if (self.sharding == "ddp") != all(v is not None for v in ddp_knobs):
-            raise ValueError(
-                "bucket_cap_mb, gradient_as_bucket_view and static_graph are set exactly when sharding is ddp"
-            )
-        if isinstance(self.threads_per_rank, int) and self.threads_per_rank < 1:
-            raise ValueError("threads_per_rank must be at least 1, or auto")
+        if (self.sharding == "ddp") != all(getattr(self, name) is not None for name in DDP_ONLY):
+            raise ValueError(f"{', '.join(DDP_ONLY[:-1])} and {DDP_ONLY[-1]} are set exactly when sharding is ddp")
+        for name, knob in KNOBS.items():  # a number or a word: the word is the field's type, the bound is here
+            value = getattr(self, name)
+            if knob.words and isinstance(value, int) and knob.minimum is not None and value < knob.minimum:
+                raise ValueError(f"{name} must be at least {knob.minimum}, or {' or '.join(knob.words)}")
         return self
 
     def knobs(self) -> dict[str, object]:
         """The knob values (no derived values, no env), e.g. for ``--set`` or a baseline override."""
-        from autotune.knobs import KNOBS
-
         return {name: getattr(self, name) for name in KNOBS}
 
     def short(self) -> str:
         """A compact one-line description for tables and logs."""
-        parts = [f"bs={self.batch_size}"]
-        if self.grad_accum != 1:
-            parts.append(f"accum={self.grad_accum}")
-        parts.append(f"ws={self.world_size}")
-        parts.append(f"workers={self.num_workers}")
-        if self.prefetch_factor is not None:
-            parts.append(f"prefetch={self.prefetch_factor}")
-        if self.amp != "off":
-            parts.append(f"amp={self.amp}")
-        if self.activation_checkpointing:
-            parts.append("ckpt")
-        if self.pin_memory:
-            parts.append("pin")
-        if self.bucket_cap_mb is not None:
-            parts.append(f"bucket={self.bucket_cap_mb}MB")
-        if self.threads_per_rank != "auto":
-            parts.append(f"threads={self.threads_per_rank}")
-        if self.compile != "off":
-            parts.append(f"compile={self.compile}")
-        if self.sharding != "ddp":
-            parts.append(self.sharding)
-        if self.gradient_as_bucket_view:
-            parts.append("grad_view")
-        if self.static_graph:
-            parts.append("static_graph")
+        parts = [part for name in SHORT_ORDER if (part := short_part(KNOBS[name], getattr(self, name)))]
         parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
         parts += [f"{k}={_short_value(v)}" for k, v in self.hyperparameters.items() if k != "base_lr"]
         parts.append(f"lr={self.lr:.3g}")

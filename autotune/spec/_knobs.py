@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model, field_validator
 
 from autotune.knobs import KNOBS, KnobDef
 
@@ -153,26 +153,20 @@ def parse_knob(knob: KnobDef, raw: Any) -> KnobSpec:
     return Fixed(value=knob.check_value(raw))
 
 
-class SearchSpaceSpec(BaseModel):
+# A field per knob of the table, in its order: a knob added to the table is a key of every study file's search_space.
+_KnobSpecFields: Any = create_model("_KnobSpecFields", __config__=STRICT, **{  # type: ignore[call-overload]
+    name: (_knob_field(name), None) for name in KNOBS
+})
+
+
+class SearchSpaceSpec(_KnobSpecFields):
     """Which knobs are searched and over what. Absent knobs keep their defaults."""
 
     model_config = STRICT
 
-    batch_size: _knob_field("batch_size") = None  # type: ignore[valid-type]
-    grad_accum: _knob_field("grad_accum") = None  # type: ignore[valid-type]
-    lr_scaling: _knob_field("lr_scaling") = None  # type: ignore[valid-type]
-    num_workers: _knob_field("num_workers") = None  # type: ignore[valid-type]
-    prefetch_factor: _knob_field("prefetch_factor") = None  # type: ignore[valid-type]
-    pin_memory: _knob_field("pin_memory") = None  # type: ignore[valid-type]
-    amp: _knob_field("amp") = None  # type: ignore[valid-type]
-    activation_checkpointing: _knob_field("activation_checkpointing") = None  # type: ignore[valid-type]
-    bucket_cap_mb: _knob_field("bucket_cap_mb") = None  # type: ignore[valid-type]
-    world_size: _knob_field("world_size") = None  # type: ignore[valid-type]
-    threads_per_rank: _knob_field("threads_per_rank") = None  # type: ignore[valid-type]
-    compile: _knob_field("compile") = None  # type: ignore[valid-type]
-    sharding: _knob_field("sharding") = None  # type: ignore[valid-type]
-    gradient_as_bucket_view: _knob_field("gradient_as_bucket_view") = None  # type: ignore[valid-type]
-    static_graph: _knob_field("static_graph") = None  # type: ignore[valid-type]
+    if TYPE_CHECKING:  # a knob's spec, as type checkers see it
+
+        def __getattr__(self, name: str) -> KnobSpec | None: ...
 
     @field_validator("*", mode="before")
     @classmethod

@@ -1,4 +1,8 @@
-"""Applying the knobs of a trial's config inside a rank: activation checkpointing, threads, FSDP2 sharding."""
+"""Applying the knobs of a trial's config inside a rank: the rank's process (threads), activation checkpointing,
+DDP's arguments, FSDP2 sharding; each writes what it applied, read back from what took it, into applied.json.
+
+A knob's application lives here: one that acts on the whole rank process in :func:`start_rank`, a DDP
+argument through the knob table (``ddp_argument=``: :func:`wrap_ddp` passes it and reads it back)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,37 @@ import torch
 import torch.distributed as dist
 
 from autotune.compat import torch_private
+from autotune.knobs import DDP_ARGUMENTS, ddp_arguments
+from autotune.trial_runner._records import AppliedRecord, ThreadsSetting
+
+
+def start_rank(cfg: Any, local_world_size: int, device_type: str) -> AppliedRecord:
+    """Apply the knobs that act on the whole rank process, before anything is built (the intra-op threads), and
+    start the rank's applied.json with what they became."""
+    threads = apply_threads(cfg.threads_per_rank, local_world_size, cfg.num_workers, device_type)
+    return AppliedRecord(
+        torch_threads=threads, threads_per_rank=ThreadsSetting(setting=cfg.threads_per_rank, resolved=threads)
+    )
+
+
+# DDP knobs applied.json has a field of its own for (older than ``AppliedRecord.knobs``).
+_DDP_FIELDS = {"bucket_cap_mb": "ddp_bucket_bytes_cap", "gradient_as_bucket_view": "ddp_gradient_as_bucket_view",
+               "static_graph": "ddp_static_graph"}
+
+
+def wrap_ddp(model: torch.nn.Module, cfg: Any, device_ids: list[int] | None, applied: AppliedRecord) -> Any:
+    """``DistributedDataParallel`` with the configuration's DDP knobs, and in applied.json what the DDP object
+    holds of each (its attribute of the knob's name; the bucket as ``bucket_bytes_cap``)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model, device_ids=device_ids, **ddp_arguments(cfg))
+    applied.ddp_bucket_bytes_cap = ddp.bucket_bytes_cap
+    applied.ddp_gradient_as_bucket_view = ddp.gradient_as_bucket_view
+    applied.ddp_static_graph = ddp.static_graph
+    held = {name: getattr(ddp, name) for name in DDP_ARGUMENTS if name not in _DDP_FIELDS and hasattr(ddp, name)}
+    if held:
+        applied.knobs = {**(applied.knobs or {}), **held}
+    return ddp
 
 
 def apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int:

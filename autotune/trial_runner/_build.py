@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.search_space import TrialConfig
-from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, blas_threads, shard_model
+from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, blas_threads, shard_model, wrap_ddp
 from autotune.trial_runner._records import AppliedRecord, RankFacts
 from autotune.workload import Workload
 
@@ -86,18 +86,7 @@ def wrap_model(
         return WrappedModel(model, model, None, True)
     if ctx.world_size == 1:
         return WrappedModel(model, model, None, False)
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    ddp = DDP(
-        model,
-        device_ids=[ctx.local_rank] if device.type == "cuda" else None,
-        bucket_cap_mb=cfg.bucket_cap_mb,
-        gradient_as_bucket_view=bool(cfg.gradient_as_bucket_view),
-        static_graph=bool(cfg.static_graph),
-    )
-    applied.ddp_bucket_bytes_cap = ddp.bucket_bytes_cap
-    applied.ddp_gradient_as_bucket_view = ddp.gradient_as_bucket_view
-    applied.ddp_static_graph = ddp.static_graph
+    ddp = wrap_ddp(model, cfg, [ctx.local_rank] if device.type == "cuda" else None, applied)
     return WrappedModel(ddp, model, ddp, False)
 
 

@@ -129,6 +129,7 @@ class AppliedRecord:
     ddp_bucket_bytes_cap: int | None = None
     ddp_gradient_as_bucket_view: bool | None = None
     ddp_static_graph: bool | None = None
+    knobs: dict[str, Any] | None = None  # a knob without a field of its own, as the rank applied it (read back)
     ranks: list[RankFacts] | None = None
     optimizer_lr: list[float] | None = None
     optimizer_kwargs: dict[str, Any] | None = None

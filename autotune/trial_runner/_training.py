@@ -26,7 +26,7 @@ import torch.distributed as dist
 from autotune.compat import torch_private
 from autotune.spec import split_hyperparameters
 from autotune.trial_runner._anatomy import DATA, FORWARD_BACKWARD, OPTIMIZER, StepLaps, timing_hook
-from autotune.trial_runner._apply import apply_threads
+from autotune.trial_runner._apply import start_rank
 from autotune.trial_runner._build import (
     RankContext,
     gather_rank_facts,
@@ -39,7 +39,7 @@ from autotune.trial_runner._data import batch_len, eval_loader, loader_facts, to
 from autotune.trial_runner._meter import MEMORY_EVERY_S, WindowMeter
 from autotune.trial_runner._pace import Gate
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, TrialPlan
-from autotune.trial_runner._records import AppliedRecord, DoneRecord, ThreadsSetting, write_record
+from autotune.trial_runner._records import DoneRecord, write_record
 from autotune.trial_runner._trace import trace_event
 from autotune.workload import load_workload
 
@@ -52,13 +52,8 @@ class Trainer:
     def __init__(self, plan: TrialPlan, ctx: RankContext) -> None:
         self.plan, self.ctx, self.config = plan, ctx, plan.config
         self.device = rank_device(self.config, ctx)
-        self.threads = apply_threads(
-            self.config.threads_per_rank, ctx.local_world_size, self.config.num_workers, self.device.type
-        )
-        self.applied = AppliedRecord(
-            torch_threads=self.threads,
-            threads_per_rank=ThreadsSetting(setting=self.config.threads_per_rank, resolved=self.threads),
-        )
+        self.applied = start_rank(self.config, ctx.local_world_size, self.device.type)
+        self.threads = torch.get_num_threads()  # as start_rank set them
         self.compile_s: float | None = None
         self._first_step_s = 0.0
         self.heartbeat = ctx.trial_dir / HEARTBEAT_FILE

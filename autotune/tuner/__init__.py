@@ -8,6 +8,7 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
+from autotune.tuner._fingerprint import compare_fingerprints, describe_fingerprint, study_fingerprint
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
@@ -54,8 +55,10 @@ __all__ = [
     "WarmStart",
     "attach_trial_artifacts",
     "chosen",
+    "compare_fingerprints",
     "confirmation_record",
     "counts_toward_budget",
+    "describe_fingerprint",
     "feasible",
     "find_broken",
     "machine_facts",
@@ -69,6 +72,7 @@ __all__ = [
     "read_study",
     "recorded_runner",
     "replay_runner",
+    "study_fingerprint",
     "study_lock",
     "summarize",
     "top_groups",

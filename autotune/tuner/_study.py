@@ -17,11 +17,11 @@ from autotune.pruners import make_pruner
 from autotune.samplers import make_sampler
 from autotune.search_space import SearchSpace
 from autotune.spec import StudySpec, held_global_batches, redact_url, stored_global_batches
+from autotune.tuner._fingerprint import cpu_model, study_fingerprint
 from autotune.tuner._storage import SCHEMA_LOCK, make_storage, missing_sqlite_file, quiet, study_lock
 from autotune.version import __version__
-from autotune.workload_check import cpu_model, study_fingerprint
 
-FINGERPRINT_ATTR = "autotune_fingerprint"  # the study's context (workload_check.study_fingerprint), set at creation
+FINGERPRINT_ATTR = "autotune_fingerprint"  # the study's context (_fingerprint.study_fingerprint), set at creation
 
 
 def open_study(
@@ -129,7 +129,7 @@ def read_study(spec: StudySpec, storage_url: str | None = None) -> optuna.Study:
 
 def machine_facts() -> dict[str, Any]:
     """Where the study is measured, for reports that travel: host, cores, CPU model, memory, versions. (A warm
-    start compares the ``autotune_fingerprint`` attribute instead: ``workload_check.study_fingerprint``.)"""
+    start compares the ``autotune_fingerprint`` attribute instead: ``tuner.study_fingerprint``.)"""
     import platform
 
     import psutil

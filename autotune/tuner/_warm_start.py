@@ -1,7 +1,7 @@
 """Warm start: a new study first runs the best configurations of the closest earlier study in its storage.
 
 When a study is created (its baseline queued), the other studies in the same storage are read by their
-fingerprints (:func:`autotune.workload_check.study_fingerprint`, the ``autotune_fingerprint`` attribute). One
+fingerprints (:func:`autotune.tuner.study_fingerprint`, the ``autotune_fingerprint`` attribute). One
 trains another model, runs on another kind of device or holds another global batch
 (``constraints.global_batch``, or none): its configurations are not used, and the line says so. The others are
 ranked: the same fingerprint first, then the fewest differences, then the most recent. From the first that is
@@ -33,9 +33,9 @@ from autotune.compat import optuna_private
 from autotune.objectives import choose, config_key, measured_groups
 from autotune.search_space import SearchSpace, TrialConfig
 from autotune.spec import StudySpec
+from autotune.tuner._fingerprint import Comparison, compare_fingerprints
 from autotune.tuner._roles import ROLE_SEARCH
 from autotune.tuner._study import FINGERPRINT_ATTR
-from autotune.workload_check import Comparison, compare_fingerprints
 
 WARM_START_ATTR = "autotune_warm_start"  # the study attribute: what the warm start did (docs/storage.md)
 TOP = 3  # configurations taken from the earlier study

@@ -55,7 +55,7 @@ def check_workload(spec: StudySpec) -> CheckReport:
     workload: Workload = study_workload(spec)
     where = f"{spec.source}: workload"
     started = time.monotonic()
-    model = _call_factory(workload.model, "model", where)
+    model = call_factory(workload.model, "model", where)
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(
             f"{where}: Workload.model() returned {type(model).__name__}, not a torch.nn.Module; "
@@ -65,9 +65,9 @@ def check_workload(spec: StudySpec) -> CheckReport:
     if n_params == 0:
         raise WorkloadError(f"{where}: the model has no trainable parameters; check Workload.model")
     _check_checkpoint_modules(model, workload, where)
-    dataset = _call_factory(workload.dataset, "dataset", where)
-    size = _dataset_len(dataset, where)
-    batch = _collate(dataset, size, workload, where)
+    dataset = call_factory(workload.dataset, "dataset", where)
+    size = dataset_len(dataset, where)
+    batch = collate_batch(dataset, size, workload, where)
     model.train()
     try:
         loss = workload.loss(model, batch)
@@ -120,7 +120,7 @@ def describe_bad_loss(loss: Any) -> str | None:
     return f"Workload.loss returned {kind}, not a scalar tensor; return the loss tensor of the batch"
 
 
-def _call_factory(factory: Any, name: str, where: str) -> Any:
+def call_factory(factory: Any, name: str, where: str) -> Any:
     try:
         return factory()
     except TypeError as e:
@@ -148,7 +148,7 @@ def _check_checkpoint_modules(model: Any, workload: Workload, where: str) -> Non
             )
 
 
-def _dataset_len(dataset: Any, where: str) -> int | None:
+def dataset_len(dataset: Any, where: str) -> int | None:
     """The size of a map-style dataset; None for a stream (an IterableDataset: read, never indexed)."""
     if is_stream(dataset):
         return None
@@ -185,7 +185,7 @@ def _first_samples(dataset: Any, size: int | None, where: str) -> list[Any]:
     return samples
 
 
-def _collate(dataset: Any, size: int | None, workload: Workload, where: str) -> Any:
+def collate_batch(dataset: Any, size: int | None, workload: Workload, where: str) -> Any:
     from torch.utils.data import default_collate
 
     samples = _first_samples(dataset, size, where)

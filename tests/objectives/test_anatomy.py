@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.knobs import KNOBS
+from autotune.knobs import COMPUTE, INPUT, KNOBS, SYNC
 from autotune.objectives import KNOB_BOTTLENECKS, binding, bottleneck_shares, diagnose, median_anatomy
 from autotune.trial_result import StepAnatomy
 
@@ -15,6 +15,9 @@ def _anatomy(data: float, compute: float, sync: float | None, step: float) -> St
 
 def test_every_knob_of_the_table_says_which_bottleneck_it_acts_on() -> None:
     assert set(KNOB_BOTTLENECKS) == set(KNOBS)
+    # a row without bottlenecks= is a knob the diagnosis can never name; only the learning rate's rule is such
+    assert [name for name, parts in KNOB_BOTTLENECKS.items() if not parts] == ["lr_scaling"]
+    assert {part for parts in KNOB_BOTTLENECKS.values() for part in parts} == {INPUT, COMPUTE, SYNC}
 
 
 def test_other_is_what_the_timed_parts_leave_of_the_step_and_the_share_is_of_the_step() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from autotune import Calibration
 from autotune.errors import StudyFileError, UsageError
+from autotune.knobs import ddp_arguments
 from autotune.objectives import config_key
 from autotune.objectives._compile_payback import compile_payback
 from autotune.search_space import SearchSpace, TrialConfig
@@ -191,7 +192,8 @@ def test_calibration_helpers_carry_the_new_knobs() -> None:
                                         gradient_as_bucket_view=True, bucket_cap_mb=5), study=None)
     assert chosen.env() == {"NCCL_ALGO": "Tree", "OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
     assert chosen.torch_threads() == 3
-    assert chosen.ddp_kwargs() == {"bucket_cap_mb": 5, "gradient_as_bucket_view": True, "static_graph": True}
+    assert chosen.ddp_kwargs() == {**ddp_arguments(chosen.config), "bucket_cap_mb": 5, "gradient_as_bucket_view": True,
+                                   "static_graph": True}  # every DDP knob of the table; these three as chosen
     sharded = Calibration.from_json(_config(sharding="fsdp_no_reshard", compile="default").model_dump_json())
     assert sharded.ddp_kwargs() == {}
     assert sharded.env() == {}

@@ -20,8 +20,17 @@ from autotune.cli._run_summary import print_summary
 from autotune.errors import UsageError
 from autotune.report import render_html, report_data
 from autotune.search_space import SPLIT_PARAM, TrialConfig
-from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, replay_runner
-from autotune.workload_check import compare_fingerprints, describe_fingerprint, load_spec, study_fingerprint
+from autotune.tuner import (
+    Measured,
+    NoLaunch,
+    Tuner,
+    TuneSummary,
+    compare_fingerprints,
+    describe_fingerprint,
+    replay_runner,
+    study_fingerprint,
+)
+from autotune.workload_check import load_spec
 
 SEARCH = {
     "batch_size": {"low": 8, "high": 512, "log": True}, "grad_accum": {"choices": [1, 2, 4, 8]},

@@ -26,10 +26,12 @@ from autotune.tuner import (
     NoLaunch,
     Observer,
     Tuner,
+    compare_fingerprints,
     replay_runner,
+    study_fingerprint,
 )
 from autotune.tuner._warm_start import project
-from autotune.workload_check import compare_fingerprints, load_spec, study_fingerprint
+from autotune.workload_check import load_spec
 from tests.tuner.conftest import StudyDir, make_study
 
 SPACE = {"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0, "high": 2}}

@@ -26,7 +26,7 @@ from typing import Any
 from autotune.errors import WorkloadError
 from autotune.spec import StudySpec, held_global_batches
 from autotune.workload import study_workload
-from autotune.workload_check._build import _call_factory, _collate, _dataset_len
+from autotune.workload_check import call_factory, collate_batch, dataset_len
 
 __all__ = ["Comparison", "compare_fingerprints", "cpu_model", "describe_batch", "describe_fingerprint",
            "hardware_facts",
@@ -123,7 +123,7 @@ def workload_facts(spec: StudySpec) -> dict[str, Any]:
     model = None
     for device in ("meta", "cpu"):  # meta: no memory, no weights; some models need real tensors to build
         with contextlib.suppress(Exception), torch.device(device):
-            model = _call_factory(workload.model, "model", where)
+            model = call_factory(workload.model, "model", where)
         if isinstance(model, torch.nn.Module):
             break
     if isinstance(model, torch.nn.Module):
@@ -136,8 +136,8 @@ def workload_facts(spec: StudySpec) -> dict[str, Any]:
         facts["parameters"] = total
         facts["dtypes"] = {k: round(v / total, 4) for k, v in sorted(counts.items())} if total else {}
     with contextlib.suppress(WorkloadError):
-        dataset = _call_factory(workload.dataset, "dataset", where)
-        batch = _collate(dataset, _dataset_len(dataset, where), workload, where)
+        dataset = call_factory(workload.dataset, "dataset", where)
+        batch = collate_batch(dataset, dataset_len(dataset, where), workload, where)
         facts["batch"] = describe_batch(batch)
     return facts
 
