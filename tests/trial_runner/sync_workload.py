@@ -93,3 +93,24 @@ def build(params: int = 8, param_mb: float = 4.0, reference: str = "") -> autotu
         base_lr=1e-4,
         base_batch_size=1,
     )
+
+
+def paired_ratios(windows: Any, reference: Path) -> list[float]:
+    """Per measured window: its exposed sync a step (the slowest rank's) over the mean known cost of the same
+    window's steps (``reference``, as build() wrote it); windows without a reading are left out."""
+    readings = [json.loads(line) for line in reference.read_text().splitlines()]
+    ratios, first = [], 0
+    for window in windows:
+        steps = [r["s"] for r in readings if first < r["step"] <= window.step]
+        first = window.step
+        anatomy = window.step_anatomy
+        if steps and anatomy is not None and anatomy.sync_exposed_s is not None:
+            ratios.append(anatomy.sync_exposed_s / (sum(steps) / len(steps)))
+    return ratios
+
+
+def buckets(params: int, param_mb: float, bucket_cap_mb: int) -> int:
+    """DDP's buckets for ``params`` equal parameters after its rebuild: filled in order until one reaches the cap
+    (an explicit cap applies to the first bucket too)."""
+    per_bucket = max(1, -(-bucket_cap_mb // param_mb))  # parameters until the bucket reaches the cap
+    return int(-(-params // per_bucket))
