@@ -30,6 +30,7 @@ import argparse
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from _common import (
@@ -228,7 +229,7 @@ def main() -> None:
     met_sum = sum_error is not None and sum_error <= TARGET_SUM
     print(f"parts vs measured step (worst): {pct(sum_error)} {check(met_sum)} target <= {TARGET_SUM:.0%}")
     name = "step_anatomy_between_trials" if between else "step_anatomy"
-    out = default_out(name, args.quick) if args.out is None else args.out
+    out = default_out(name, args.quick) if args.out is None else Path(args.out)
     write_json(
         out, "step_anatomy",
         {"design": "between trials" if between else "alternating windows", "repeats": repeats,

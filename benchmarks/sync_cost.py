@@ -124,7 +124,7 @@ def main() -> None:
     met = all(abs(r["median_ratio"] - 1) <= TARGET for r in rows)
     worst = max(abs(r["median_ratio"] - 1) for r in rows)
     print(f"worst |median ratio - 1|: {worst:.1%} {check(met)} target <= {TARGET:.0%} (needs a quiet machine)")
-    out = default_out("sync_cost", args.quick) if args.out is None else args.out
+    out = default_out("sync_cost", args.quick) if args.out is None else Path(args.out)
     write_json(out, "sync_cost", {"caps": caps, "repeats": repeats, "steps": steps, "params": PARAMS,
                                   "param_mb": PARAM_MB, "workload": WORKLOAD},
                {"rows": rows, "worst_deviation": worst, "met": met, "target": TARGET}, machine, started)
