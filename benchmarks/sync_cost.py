@@ -2,8 +2,9 @@
 all-reduce (tests/trial_runner/sync_workload.py: 8 parameters of 4 MB, each read through one element, ~3 ms of
 computation) reports ``sync_exposed_s``; before each step the same ranks all-reduce plain tensors of DDP's own
 bucket layout in the same process group (launched one after the other and awaited, as DDP's reducer does):
-that step's known cost. Each measured window's exposed sync a step (the slowest rank's) is divided by the mean
-known cost of the same window's steps, so the two readings are seconds apart and a drifting machine moves both.
+that step's known cost. Each measured window's exposed sync a step is divided by the mean
+known cost of the same window's steps (both the ranks' mean: a rank that arrives late at a collective waits
+less in it, on both sides alike), so the two readings are seconds apart and a drifting machine moves both.
 
 Target (issue 34): the median paired ratio within 20% of 1 at every bucket cap; the bucket cap changes the
 number of all-reduces a step (DDP's layout), and the exposed time follows that layout's known cost.
@@ -11,7 +12,8 @@ number of all-reduces a step (DDP's layout), and the exposed time follows that l
     python benchmarks/sync_cost.py                  # 3 caps x 3 interleaved repeats of 64-step trials
     python benchmarks/sync_cost.py --quick          # smoke run: 2 caps x 1 repeat of 24 steps
 
-Needs a quiet machine: at load 6-11 on 2 cores single windows scattered 0.6-3.8x and the medians 1.03-1.33.
+Needs a quiet machine: at load 6-11 on 2 cores single windows scattered 0.6-3.8x; at load 4-6 the medians
+were 0.87-1.22.
 The JSON records the machine's CPU flags and its load at start and end.
 """
 
@@ -41,7 +43,7 @@ from _common import (
 )
 
 sys.path.insert(0, str(REPO))
-from tests.trial_runner.sync_workload import buckets, paired_ratios
+from tests.trial_runner.sync_workload import buckets, paired_ratios, rank_file
 
 TARGET = 0.20
 PARAMS, PARAM_MB = 8, 4.0
@@ -62,9 +64,10 @@ def one_trial(launcher: Any, folder: Path, cap: int, steps: int) -> dict[str, An
     result = run_trial(plan, folder, launcher)
     if result.outcome is not Outcome.COMPLETE:
         raise SystemExit(f"trial {folder} did not complete: {result.reason}")
-    readings = [json.loads(line)["s"] for line in reference.read_text().splitlines()]
+    readings = [json.loads(line)["s"] for rank in (0, 1)
+                for line in rank_file(reference, rank).read_text().splitlines()]
     applied = json.loads((folder / "applied.json").read_text())
-    exposed = [w.step_anatomy.sync_exposed_s for w in result.windows if w.step_anatomy is not None]
+    exposed = [w.step_anatomy_mean.sync_exposed_s for w in result.windows if w.step_anatomy_mean is not None]
     return {
         "ratios": paired_ratios(result.windows, reference),
         "exposed_ms": 1000 * statistics.median(e for e in exposed if e is not None),

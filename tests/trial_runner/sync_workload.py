@@ -6,9 +6,9 @@ gradients a step by default), each used through one element: the backward's comp
 gradients (a few ms), and the all-reduce of the rest is what the step waits for. With ``reference`` (a file),
 each step's ``loss`` first all-reduces plain tensors of DDP's own bucket layout (the sizes DDP's logging data
 reports, after its rebuild on the first steps), launched one after the other and awaited as DDP's reducer does,
-each divided by the world size first as DDP's default hook does, and rank 0 appends ``{"step", "s",
-"buckets"}`` to the file: the known sync cost of that step, paired with the step that follows it in the same
-window. That reference runs inside ``forward_backward_s`` (the step's computation), never inside
+each divided by the world size first as DDP's default hook does, and each rank appends ``{"step", "s",
+"buckets"}`` to ``<reference>.rank<N>``: the known sync cost of that step, paired with the step that follows it
+in the same window. That reference runs inside ``forward_backward_s`` (the step's computation), never inside
 ``sync_exposed_s``.
 """
 
@@ -70,9 +70,13 @@ class Reference:
             assert work is not None
             work.wait()
         took = time.perf_counter() - start
-        if dist.get_rank() == 0:
-            with self.path.open("a") as f:
-                f.write(json.dumps({"step": self.step, "s": took, "buckets": len(sizes)}) + "\n")
+        # every rank writes its own file: the same work on each, so no rank arrives later at the next collective
+        with rank_file(self.path, dist.get_rank()).open("a") as f:
+            f.write(json.dumps({"step": self.step, "s": took, "buckets": len(sizes)}) + "\n")
+
+
+def rank_file(reference: Path, rank: int) -> Path:
+    return reference.with_name(f"{reference.name}.rank{rank}")
 
 
 def build(params: int = 8, param_mb: float = 4.0, reference: str = "") -> autotune.Workload:
@@ -95,15 +99,18 @@ def build(params: int = 8, param_mb: float = 4.0, reference: str = "") -> autotu
     )
 
 
-def paired_ratios(windows: Any, reference: Path) -> list[float]:
-    """Per measured window: its exposed sync a step (the slowest rank's) over the mean known cost of the same
-    window's steps (``reference``, as build() wrote it); windows without a reading are left out."""
-    readings = [json.loads(line) for line in reference.read_text().splitlines()]
+def paired_ratios(windows: Any, reference: Path, world_size: int = 2) -> list[float]:
+    """Per measured window: its exposed sync a step (the ranks' mean, ``step_anatomy_mean``) over the known
+    cost of the same window's steps (the mean over its steps and the ranks of what build() wrote under
+    ``reference``); windows without a reading are left out. Both sides are the ranks' mean: a rank that arrives
+    late at a collective waits less in it, on both sides alike."""
+    readings = [json.loads(line) for rank in range(world_size)
+                for line in rank_file(reference, rank).read_text().splitlines()]
     ratios, first = [], 0
     for window in windows:
         steps = [r["s"] for r in readings if first < r["step"] <= window.step]
         first = window.step
-        anatomy = window.step_anatomy
+        anatomy = window.step_anatomy_mean
         if steps and anatomy is not None and anatomy.sync_exposed_s is not None:
             ratios.append(anatomy.sync_exposed_s / (sum(steps) / len(steps)))
     return ratios
