@@ -8,7 +8,8 @@ the plan's internal ``step_anatomy_alternate`` switch times every other measured
 timed (on) sits between two untimed (off) ones seconds apart; its ratio is its throughput over the mean of its
 off neighbours'. The overhead is 1 - the median ratio over every on window of ``--repeats`` trials per
 configuration, with a 90% interval (seeded bootstrap of the windows' ratios): the target is met when the
-interval's upper end is <= 2%, missed when its lower end is above 2%, and undecided otherwise.
+interval's upper end is <= 2%, missed when its lower end is above 2%, and undecided otherwise; on a machine
+whose load average at start is above half its cores it is not judged.
 
 What the alternation does not measure: under DDP the comm hook stays registered in the off windows (DDP takes
 one hook per model, for the whole run), so the hook's own Python call per bucket (in place of DDP's built-in
@@ -180,6 +181,10 @@ def show_alternating(rows: list[dict[str, Any]], repeats: int, max_steps: int, m
         ],
         caption=machine_caption(machine),
     )
+    load, cores = float(machine["load_avg_1m_at_start"]), int(machine["nproc"])
+    if load > 0.5 * cores:  # a busy machine moves single windows by more than the 2% asked about
+        print(f"overhead: not judged (load average {load:.1f} on {cores} cores at start; run it on a quiet machine)")
+        return False
     verdicts = {r["verdict"] for r in rows}
     overall = "met" if verdicts == {"met"} else ("missed" if "missed" in verdicts else "undecided")
     print(f"overhead: {overall} in every configuration's 90% interval against <= {TARGET_OVERHEAD:.0%}"
