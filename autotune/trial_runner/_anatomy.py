@@ -7,12 +7,17 @@ end (the loop synchronises there), so a lap is the time the device's stream spen
 
 Gradient synchronisation not hidden behind computation (``sync_exposed_s``) under DDP: DDP launches a
 bucket's all-reduce (through the comm hook :func:`timing_hook` registers, the same all-reduce as DDP's own)
-as soon as the bucket's gradients are computed, and ``loss.backward()`` returns once every all-reduce is done.
-The last bucket is launched when the backward's computation ends, so what ``backward()`` takes after that last
-launch is communication nothing computed behind: the exposed part. An earlier bucket's all-reduce that
-finished while the backward still computed costs nothing there, as it costs the step nothing. This needs one
-clock reading per bucket (a handful per step) and no extra step: the alternative, timing a step under
-``no_sync()`` and subtracting it, would run a different step and read two noisy times for one difference.
+as soon as the bucket's gradients are computed, and ``loss.backward()`` returns once every all-reduce is done
+(DDP's reducer queues a callback at the backward's end that waits on every bucket's work, earlier buckets'
+included, whichever thread runs them). Exposed is then (1) what ``backward()`` takes after the last bucket's
+hook returned: the backward's computation has ended there, and what follows is waiting on every bucket's
+all-reduce still under way, plus DDP's copy of the result back into the gradients; and (2) each hook's own
+time (the division by the world size and the launch), which runs on the backward's thread and holds its
+computation up. An earlier bucket's all-reduce that finished while the backward still computed costs
+nothing there, as it costs the step nothing. This needs two clock readings per bucket (a handful per step)
+and no extra step: the alternative, timing a step under ``no_sync()`` and subtracting it, would run a
+different step and read two noisy times for one difference. Not separated: DDP's copy of a gradient into
+its bucket (``gradient_as_bucket_view`` off), inside the C++ autograd hook, stays in ``forward_backward_s``.
 FSDP's collectives run inside its own hooks: under FSDP ``sync_exposed_s`` is not separated (None) and is
 part of ``forward_backward_s``. One rank without DDP has no synchronisation: 0.
 """
@@ -38,7 +43,8 @@ class StepLaps:
         self.cuda = device.type == "cuda"
         self.sync = sync
         self.allreduce_calls = 0  # buckets launched, all steps (applied.json under plan.trace)
-        self._last_launch: Any = None
+        self._last_launch: Any = None  # the last hook's end, the backward's computation's end
+        self._hook_start: Any = None
         self._pending: list[tuple[int, Any, Any]] = []  # CUDA: (part, start event, end event)
         self.totals = [0.0] * len(PARTS)
 
@@ -64,12 +70,24 @@ class StepLaps:
         return now
 
     def bucket_launched(self) -> None:
-        """Called by the comm hook as DDP launches a bucket's all-reduce."""
+        """Called by the comm hook as DDP hands it a bucket, before the hook's own work."""
         self.allreduce_calls += 1
-        self._last_launch = self.mark()
+        self._hook_start = self.mark()
+
+    def bucket_hooked(self) -> None:
+        """Called by the comm hook once it launched the bucket's all-reduce: the hook's time is exposed sync
+        (it holds the backward's computation up)."""
+        if not self.on:
+            return
+        end = self.mark()
+        if self.cuda:
+            self._pending.append((SYNC, self._hook_start, end))
+        else:
+            self.totals[SYNC] += end - self._hook_start
+        self._last_launch = end
 
     def backward_done(self, end: Any) -> None:
-        """The synchronising backward returned at ``end``: the time since the last bucket's launch is exposed."""
+        """The synchronising backward returned at ``end``: the time since the last hook's end is exposed."""
         if self._last_launch is not None and self.on:
             if self.cuda:
                 self._pending.append((SYNC, self._last_launch, end))
@@ -92,12 +110,14 @@ class StepLaps:
 
 def timing_hook(laps: StepLaps) -> Any:
     """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum) and tells
-    ``laps`` when each bucket is launched."""
+    ``laps`` when it starts and when it has launched each bucket's all-reduce."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
     def hook(state, bucket):  # type: ignore[no-untyped-def]
         laps.bucket_launched()
-        return default_hooks.allreduce_hook(state, bucket)
+        future = default_hooks.allreduce_hook(state, bucket)
+        laps.bucket_hooked()
+        return future
 
     return hook

@@ -142,6 +142,8 @@ class WindowMeter:
                 with self.metrics_path.open("a") as f:
                     f.write(window_line(self._record(steps * self.global_batch / slowest if slowest > 0 else 0.0,
                                                      reduced)))
+            if self.plan.step_anatomy_alternate:  # benchmarks/step_anatomy.py: the next window the other way
+                self.laps.on = not self.laps.on
         return WindowEnd(measured=measuring, measure_start=step == warmup.measure_from)
 
     def close(self) -> None:

@@ -51,6 +51,10 @@ class TrialPlan(BaseModel):
     step_anatomy: bool = Field(
         True, description="time each step's parts (internal: benchmarks/step_anatomy.py measures its cost with it off)"
     )
+    step_anatomy_alternate: bool = Field(
+        False, description="internal, for benchmarks/step_anatomy.py: the anatomy on in every other measured window "
+        "only (on in the first), so one trial pairs each window timed with its neighbours untimed",
+    )
 
     def write(self, trial_dir: Path) -> Path:
         trial_dir.mkdir(parents=True, exist_ok=True)

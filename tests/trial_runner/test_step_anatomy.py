@@ -68,21 +68,38 @@ def test_one_rank_has_no_synchronisation_and_the_switch_turns_the_anatomy_off(
 
 
 @pytest.mark.slow
-def test_large_gradients_and_little_compute_show_exposed_sync_and_bucket_size_moves_it(
+def test_the_benchmarks_alternating_switch_times_every_other_measured_window(
+    tmp_path: Path, warm_launcher: WarmLauncher
+) -> None:
+    # benchmarks/step_anatomy.py pairs each timed window with its untimed neighbours in one trial
+    result = _trial(warm_launcher, tmp_path / "alt", {}, {"world_size": 2}, max_steps=24, step_anatomy_alternate=True)
+    timed = [w.step_anatomy is not None for w in result.windows]
+    assert timed == [i % 2 == 0 for i in range(len(timed))] and len(timed) == 5, timed
+    assert all(w.window_throughput_samples_s > 0 for w in result.windows)
+    a = result.step_anatomy  # the trial keeps a timed window's
+    assert a is not None and a.sync_exposed_s is not None and a.sync_exposed_s > 0
+
+
+@pytest.mark.slow
+def test_large_gradients_and_little_compute_show_exposed_sync_and_bucket_size_sets_the_all_reduces(
     tmp_path: Path, warm_launcher: WarmLauncher
 ) -> None:
     # 8 layers of 768x768 (18.9 MB of gradients a step) for one row of compute a rank; one bucket against 1 MB
-    # buckets, interleaved twice: in one bucket the all-reduce starts only once the backward is done, so all of
-    # it is exposed; in 1 MB buckets part of it runs while the backward still computes
+    # buckets. Which exposes more is not asserted: one bucket hides nothing behind the backward, 1 MB buckets pay
+    # each bucket's launch on the backward's thread, and on 2 cores the hidden all-reduces share the cores
+    # with the computation: at load 7 the two were within each other's scatter (tests/trial_runner/
+    # test_sync_cost.py holds exposed sync to its known cost, bucket cap by bucket cap).
     args = {"width": 768, "layers": 8}
-    exposed: dict[int, list[float]] = {64: [], 1: []}
-    for i, cap in enumerate((64, 1, 64, 1)):
-        result = _trial(warm_launcher, tmp_path / f"t{i}", args,
-                        {"world_size": 2, "bucket_cap_mb": cap, "batch_size": 1, "base_batch_size": 1}, max_steps=24)
+    steps = 24
+    for cap, layout in ((64, 1), (1, 8)):  # 64 MB: one bucket; 1 MB: a bucket per layer (weight and bias)
+        result = _trial(warm_launcher, tmp_path / f"cap{cap}", args,
+                        {"world_size": 2, "bucket_cap_mb": cap, "batch_size": 1, "base_batch_size": 1},
+                        max_steps=steps, trace=True)
         a = result.step_anatomy
         assert a is not None and a.sync_exposed_s is not None
-        # one bucket: the step is mostly communication nothing hides; 1 MB buckets: still clearly some
-        assert a.sync_exposed_s > (0.3 if cap == 64 else 0.05) * a.step_s, a
+        # the step is mostly communication nothing hides
+        assert a.sync_exposed_s > 0.3 * a.step_s, a
         assert a.step_s == pytest.approx(_measured_step_s(result), rel=0.05)
-        exposed[cap].append(a.sync_exposed_s)
-    assert sum(exposed[64]) > 1.1 * sum(exposed[1]), exposed
+        # DDP's first step all-reduces one bucket (before it rebuilds its buckets by the gradients' order)
+        applied = json.loads((tmp_path / f"cap{cap}" / "applied.json").read_text())
+        assert applied["allreduce_calls_total"] == 1 + (steps - 1) * layout, (cap, applied)
