@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from autotune.trial_runner._noise import NoiseMeter
+
 PARTS = ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s")
 DATA, FORWARD_BACKWARD, SYNC, OPTIMIZER = range(len(PARTS))
 
@@ -90,14 +92,25 @@ class StepLaps:
         return totals
 
 
-def timing_hook(laps: StepLaps) -> Any:
-    """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum) and tells
-    ``laps`` when each bucket is launched."""
+def timing_hook(laps: StepLaps, noise: NoiseMeter | None = None) -> Any:
+    """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum), tells ``laps``
+    when each bucket is launched, and hands ``noise`` (the gradient noise scale: _noise.py) the bucket's
+    gradient before the all-reduce (this rank's) and after it (the global batch's)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
     def hook(state, bucket):  # type: ignore[no-untyped-def]
         laps.bucket_launched()
-        return default_hooks.allreduce_hook(state, bucket)
+        if noise is None:
+            return default_hooks.allreduce_hook(state, bucket)
+        noise.add_small(bucket.buffer())
+        future = default_hooks.allreduce_hook(state, bucket)
+
+        def reduced(done):  # type: ignore[no-untyped-def]
+            tensor = done.value()
+            noise.add_big(tensor)
+            return tensor
+
+        return future.then(reduced)
 
     return hook
