@@ -1,0 +1,96 @@
+"""goodput: samples/s x statistical efficiency at the trial's global batch, from the noise scale measured in it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import StudyFileError
+from autotune.objectives import metric_value
+from autotune.scale import efficiency
+from autotune.spec import ObjectiveSpec
+from autotune.trial_result import NoiseScale, Outcome, TrialResult
+from autotune.tuner import Tuner
+from autotune.workload_check import load_spec
+from tests._cli import autotune
+
+WORKLOAD = Path(__file__).parents[1] / "trial_runner" / "noise_workload.py"
+
+
+def _result(speed: float, batch: int, noise: float | None, base: int = 16) -> TrialResult:
+    scale = None if noise is None else NoiseScale(value=noise, low=noise / 2, high=noise * 2, batch_small=batch // 2,
+                                                  batch_big=batch, steps=10, windows=5, source="ddp", interval="")
+    return TrialResult(Outcome.COMPLETE, throughput_samples_s=speed, global_batch=batch, base_batch_size=base,
+                       gradient_noise_scale=scale)
+
+
+def test_goodput_is_throughput_times_the_efficiency_of_the_trials_own_noise_scale() -> None:
+    goodput = ObjectiveSpec(metric="goodput")
+    assert goodput.direction == "maximize" and goodput.key == "goodput_samples_s"
+    assert metric_value(_result(1000.0, 512, 8.0), goodput) == pytest.approx(1000.0 * efficiency(512, 8.0, 16))
+    assert metric_value(_result(1000.0, 512, 8.0), goodput) == pytest.approx(1000.0 * 24 / 520)
+    # the base batch needs no noise scale (its efficiency is 1); another batch without one: the study's, else none
+    assert metric_value(_result(700.0, 16, None), goodput) == pytest.approx(700.0)
+    assert metric_value(_result(700.0, 64, None), goodput) is None
+    assert metric_value(_result(700.0, 64, None), goodput, study_noise=16.0) == pytest.approx(700.0 * 32 / 80)
+
+
+STUDY = """\
+name: {name}
+workload: {{entrypoint: noise_workload.py:build, args: {{noise_scale: 1.0, latency_s: 0.005, cost: 1024}}}}
+search_space:
+  batch_size: {{choices: [8, 256]}}
+  world_size: {world_size}
+  lr_scaling: none
+trial: {{warmup: fixed, warmup_steps: 2, max_steps: 20, max_seconds: 120, report_every: 3}}
+objectives: [{{metric: {metric}}}]
+sampler: {{name: grid, seed: 0}}
+pruner: {{name: none}}
+budget: {{n_trials: 3}}
+confirm: {{top_k: 0}}
+"""
+
+
+def _study(folder: Path, name: str, metric: str, world_size: object = 2) -> Path:
+    (folder / "noise_workload.py").write_text(WORKLOAD.read_text())
+    path = folder / f"{name}.yaml"
+    path.write_text(STUDY.format(name=name, metric=metric, world_size=world_size))
+    return path
+
+
+@pytest.mark.slow
+def test_goodput_ranks_a_batch_far_past_the_noise_scale_lower_than_throughput_does(tmp_path: Path) -> None:
+    fastest = Tuner(load_spec(_study(tmp_path, "fastest", "throughput"))).run()
+    soonest_path = _study(tmp_path, "soonest", "goodput")
+    soonest = Tuner(load_spec(soonest_path)).run()
+    assert fastest.best_config is not None and soonest.best_config is not None
+    assert fastest.best_config.batch_size == 256  # 512 samples a step run faster than 16
+    assert soonest.best_config.batch_size == 8  # but B_noise ~1: each of them is worth ~1/30 of one at 16
+    for t in soonest.study.get_trials():
+        a = t.user_attrs
+        assert a["outcome"] == "complete", a["reason"]
+        batch = a["config"]["global_batch"]
+        e = efficiency(batch, a["goodput_noise_scale"], 16) if batch != 16 else 1.0
+        assert t.values[0] == pytest.approx(a["throughput_samples_s"] * e) == pytest.approx(a["goodput_samples_s"])
+        assert a["statistical_efficiency"] == pytest.approx(e, rel=1e-5)
+        if a["config"]["world_size"] == 2:  # per-rank gradients against the all-reduced ones
+            noise = a["gradient_noise_scale"]
+            assert noise["source"] == "ddp" and (noise["batch_small"], noise["batch_big"]) == (batch // 2, batch)
+            assert noise["low"] <= noise["value"] <= noise["high"] and 0.5 < noise["value"] < 2.0  # true: 1.01
+        else:  # the baseline: one rank, no accumulation, at the base batch: efficiency 1, no noise scale needed
+            assert a["gradient_noise_scale"] is None and a["goodput_noise_from"] == "base batch"
+    best = json.loads(autotune("best", str(soonest_path), "--format", "json").stdout)
+    assert best["gradient_noise_scale"]["source"] == "ddp" and best["statistical_efficiency"] == 1.0
+    assert "goodput_samples_s_median" in best["metrics"]
+
+
+def test_validate_refuses_goodput_where_no_configuration_can_measure_a_noise_scale(tmp_path: Path) -> None:
+    path = _study(tmp_path, "one", "goodput", world_size=1)
+    with pytest.raises(StudyFileError, match=r"objectives: goodput needs the gradient noise scale.*grad_accum"):
+        load_spec(path)
+    result = autotune("validate", str(path))
+    assert result.exit_code == 2 and "search world_size: {choices: [1, 2]}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    load_spec(_study(tmp_path, "accum", "goodput", world_size="1\n  grad_accum: {choices: [1, 2]}"))
