@@ -10,6 +10,7 @@ import pytest
 from autotune.errors import StudyFileError
 from autotune.objectives import metric_value
 from autotune.scale import efficiency
+from autotune.search_space import study_space
 from autotune.spec import ObjectiveSpec
 from autotune.trial_result import NoiseScale, Outcome, TrialResult
 from autotune.tuner import Tuner
@@ -89,8 +90,8 @@ def test_goodput_ranks_a_batch_far_past_the_noise_scale_lower_than_throughput_do
 def test_validate_refuses_goodput_where_no_configuration_can_measure_a_noise_scale(tmp_path: Path) -> None:
     path = _study(tmp_path, "one", "goodput", world_size=1)
     with pytest.raises(StudyFileError, match=r"objectives: goodput needs the gradient noise scale.*grad_accum"):
-        load_spec(path)
+        study_space(load_spec(path))
     result = autotune("validate", str(path))
     assert result.exit_code == 2 and "search world_size: {choices: [1, 2]}" in result.output
     assert len(result.output.strip().splitlines()) == 1
-    load_spec(_study(tmp_path, "accum", "goodput", world_size="1\n  grad_accum: {choices: [1, 2]}"))
+    study_space(load_spec(_study(tmp_path, "accum", "goodput", world_size="1\n  grad_accum: {choices: [1, 2]}")))
