@@ -8,7 +8,7 @@ windows are also read one by one (each window's own estimate), to show how the n
 falls. A one-rank trial with grad_accum 2 (the micro-batches against the accumulated gradient, same global
 batch) is measured beside them. The estimate is not a timing: the machine's load does not spoil it.
 
-    python benchmarks/noise_scale.py            # 3 short trials, one long run, one grad_accum trial (~5 min)
+    python benchmarks/noise_scale.py            # 3 short trials, one long run, one grad_accum trial (5 min, load 6-9)
     python benchmarks/noise_scale.py --quick    # smoke run: 1 short trial of 12 steps, a long one of 40
 """
 
