@@ -67,8 +67,9 @@ def test_goodput_ranks_a_batch_far_past_the_noise_scale_lower_than_throughput_do
     soonest_path = _study(tmp_path, "soonest", "goodput")
     soonest = Tuner(load_spec(soonest_path)).run()
     assert fastest.best_config is not None and soonest.best_config is not None
-    assert fastest.best_config.batch_size == 256  # 512 samples a step run faster than 16
-    assert soonest.best_config.batch_size == 8  # but B_noise ~1: each of them is worth ~1/30 of one at 16
+    assert fastest.best_config.global_batch == 512  # 512 samples a step run faster than 16
+    # but B_noise ~1: each of them is worth ~1/30 of one at 16 (the baseline's one rank or two ranks of 8)
+    assert soonest.best_config.global_batch == 16
     for t in soonest.study.get_trials():
         a = t.user_attrs
         assert a["outcome"] == "complete", a["reason"]

@@ -3,12 +3,15 @@ micro-batches against the accumulated gradient at one rank, nothing at one rank 
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from autotune.cli._trial_view import print_trial_result
 from autotune.objectives import GOODPUT, metric_value, result_goodput
 from autotune.search_space import TrialConfig
 from autotune.spec import ObjectiveSpec, TrialLimits
@@ -47,6 +50,9 @@ def test_two_rank_ddp_trial_stores_the_known_noise_scale_with_an_interval(
     assert all(w["gradient_noise"]["batch_small"] == 8 and w["gradient_noise"]["steps"] > 0 for w in windows)
     stored = json.loads((tmp_path / "ddp" / "result.json").read_text())["gradient_noise_scale"]
     assert stored["value"] == noise.value and stored["interval"].startswith("95% jackknife over windows")
+    config = TrialConfig.create(base_lr=1e-3, base_batch_size=16, batch_size=8, world_size=2, lr_scaling="none")
+    row = f"gradient noise scale {noise.value:.3g} samples ({noise.low:.3g}-{noise.high:.3g}; ddp: batch 8 against 16)"
+    assert row in _printed(config, result)
 
 
 @pytest.mark.slow
@@ -73,3 +79,14 @@ def test_one_rank_without_accumulation_measures_none(tmp_path: Path, warm_launch
     assert scored is not None and scored.source == "study"
     assert scored.value == pytest.approx(result.throughput_samples_s * (4 + 16) / (4 + 8))
     assert GOODPUT == "goodput_samples_s"
+    config = TrialConfig.create(base_lr=1e-3, base_batch_size=16, batch_size=8, lr_scaling="none")
+    assert "not measured at one rank without grad_accum" in _printed(config, result)
+    fsdp = TrialConfig.create(base_lr=1e-3, base_batch_size=16, batch_size=8, world_size=2, sharding="fsdp")
+    assert "not measured under fsdp" in _printed(fsdp, result)
+
+
+def _printed(config: TrialConfig, result: TrialResult) -> str:
+    """What `autotune trial` prints of the trial."""
+    out = io.StringIO()
+    print_trial_result(Console(file=out, width=200), config, result)
+    return " ".join(out.getvalue().split())
