@@ -95,7 +95,7 @@ class StepLaps:
 def timing_hook(laps: StepLaps, noise: NoiseMeter | None = None) -> Any:
     """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum), tells ``laps``
     when each bucket is launched, and hands ``noise`` (the gradient noise scale: _noise.py) the bucket's
-    gradient before the all-reduce (this rank's) and after it (the global batch's)."""
+    gradient before the all-reduce (this rank's) and after it (the global batch's: only the buckets this rank owns)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
@@ -105,6 +105,8 @@ def timing_hook(laps: StepLaps, noise: NoiseMeter | None = None) -> Any:
             return default_hooks.allreduce_hook(state, bucket)
         noise.add_small(bucket.buffer())
         future = default_hooks.allreduce_hook(state, bucket)
+        if not noise.owns(bucket.index()):
+            return future
 
         def reduced(done):  # type: ignore[no-untyped-def]
             tensor = done.value()

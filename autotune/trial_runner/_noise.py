@@ -2,8 +2,10 @@
 computes anyway (the estimator: autotune.scale's ``estimate_noise_scale``).
 
 - DDP at two ranks or more (``ddp``): the comm hook reads each bucket's norm before its all-reduce (this
-  rank's gradient, ``batch_size x grad_accum`` samples) and after it (the global batch's). One norm per bucket
-  and per side; no collective of its own: the window's existing reduction carries the sums.
+  rank's gradient, ``batch_size x grad_accum`` samples) and after it (the global batch's; every rank holds the
+  same all-reduced bucket, so each reads only the buckets whose index it owns, index mod world size: the
+  ranks' parts add up to the whole norm). About 1 + 1/world_size norms a bucket a rank; no collective of its
+  own: the window's existing reduction carries the sums.
 - One rank with grad_accum >= 2 (``grad_accum``): a hook on every parameter reads each micro-batch's gradient
   as autograd hands it over (``batch_size`` samples), and the accumulated gradient is read once before the
   optimizer step (the global batch). One norm per parameter per micro-batch.
@@ -46,8 +48,8 @@ def _sqr(grad: torch.Tensor) -> torch.Tensor:
 class NoiseMeter:
     """One rank's squared gradient norms at the small and the big batch, summed over a window's steps."""
 
-    def __init__(self, config: TrialConfig, source: str, device: torch.device) -> None:
-        self.source = source
+    def __init__(self, config: TrialConfig, source: str, device: torch.device, rank: int = 0) -> None:
+        self.source, self.rank, self.world_size = source, rank, config.world_size
         local = config.batch_size * config.grad_accum
         self.batch_small = local if source == "ddp" else config.batch_size
         self.batch_big = config.global_batch
@@ -62,6 +64,10 @@ class NoiseMeter:
 
     def add_big(self, grad: torch.Tensor) -> None:
         self._step[1] += _sqr(grad)
+
+    def owns(self, bucket_index: int) -> bool:
+        """Whether this rank reads the all-reduced norm of the bucket (each rank a share of the buckets)."""
+        return bucket_index % self.world_size == self.rank
 
     def watch_parameters(self, module: torch.nn.Module) -> None:
         """grad_accum: every micro-batch's gradient of each parameter, as autograd hands it over."""
@@ -94,15 +100,17 @@ class NoiseMeter:
 
 
 def window_noise(meter: NoiseMeter | None, rows: Sequence[Sequence[float]]) -> GradientNoise | None:
-    """A window's record of the ranks' sums (each row's last three values): the means over steps and ranks."""
+    """A window's record of the ranks' sums (each row's last three values): the means over steps (and over the
+    ranks for ``|g_small|^2``; the ranks' parts of ``|g_big|^2`` add up)."""
     if meter is None:
         return None
     steps = sum(r[-1] for r in rows)
     if steps <= 0:
         return None
+    per_rank = steps / len(rows)
     return GradientNoise(
-        batch_small=meter.batch_small, batch_big=meter.batch_big, steps=round(steps / len(rows)),
-        sqr_small=sum(r[-3] for r in rows) / steps, sqr_big=sum(r[-2] for r in rows) / steps,
+        batch_small=meter.batch_small, batch_big=meter.batch_big, steps=round(per_rank),
+        sqr_small=sum(r[-3] for r in rows) / steps, sqr_big=sum(r[-2] for r in rows) / per_rank,
     )
 
 

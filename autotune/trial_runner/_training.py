@@ -77,7 +77,7 @@ class Trainer:
         self.ddp, self.fsdp = wrapped.ddp, wrapped.fsdp
         self.laps = StepLaps(self.device, sync=None if self.fsdp else self.ddp is not None, on=plan.step_anatomy)
         source, _ = noise_source(cfg)  # the gradient noise scale's two batch sizes (_noise.py), or None
-        self.noise = NoiseMeter(cfg, source, self.device) if source is not None else None
+        self.noise = NoiseMeter(cfg, source, self.device, ctx.rank) if source is not None else None
         if self.noise is not None and source == "grad_accum":
             self.noise.watch_parameters(wrapped.module)
         if self.ddp is not None and (plan.step_anatomy or plan.trace or self.noise is not None):
