@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 
 from autotune.errors import StudyFileError
-from autotune.objectives import metric_value
+from autotune.objectives import NOT_SCORED, metric_value, running_value
 from autotune.scale import efficiency
 from autotune.search_space import study_space
-from autotune.spec import ObjectiveSpec
-from autotune.trial_result import NoiseScale, Outcome, TrialResult
+from autotune.spec import ObjectiveSpec, parse_spec
+from autotune.trial_result import GradientNoise, NoiseScale, Outcome, TrialResult, Window
 from autotune.tuner import Tuner
+from autotune.tuner._telling import tell
 from autotune.workload_check import load_spec
 from tests._cli import autotune
 
@@ -96,3 +99,39 @@ def test_validate_refuses_goodput_where_no_configuration_can_measure_a_noise_sca
     assert result.exit_code == 2 and "search world_size: {choices: [1, 2]}" in result.output
     assert len(result.output.strip().splitlines()) == 1
     study_space(load_spec(_study(tmp_path, "accum", "goodput", world_size="1\n  grad_accum: {choices: [1, 2]}")))
+
+
+def _window(step: int, speed: float, sqr_small: float | None = None) -> Window:
+    noise = None if sqr_small is None else GradientNoise(batch_small=8, batch_big=16, steps=4, sqr_small=sqr_small,
+                                                         sqr_big=6.0)
+    return Window(step=step, samples=step * 16, elapsed_s=1.0, window_throughput_samples_s=speed,
+                  throughput_samples_s=speed, loss=1.0, peak_memory_mb=1.0, time_to_first_step_s=1.0,
+                  gradient_noise=noise)
+
+
+def test_each_window_reports_goodput_from_the_noise_scale_so_far() -> None:
+    goodput = ObjectiveSpec(metric="goodput")
+    config = {"global_batch": 16, "base_batch_size": 4}
+    running = running_value(goodput, config=config, study_noise=None)
+    assert running(_window(4, 100.0)) == pytest.approx(100.0)  # no noise scale yet: efficiency 1, never pruned on it
+    # |g_8|^2 10, |g_16|^2 6: |G|^2 2, tr(Sigma) 64, B_noise 32
+    assert running(_window(8, 100.0, 10.0)) == pytest.approx(100.0 * efficiency(16, 32.0, 4))
+    study_only = running_value(goodput, config=config, study_noise=8.0)
+    assert study_only(_window(4, 100.0)) == pytest.approx(100.0 * efficiency(16, 8.0, 4))
+
+
+def test_a_trial_with_no_noise_scale_to_use_is_told_failed_with_why() -> None:
+    spec = parse_spec({"name": "g", "workload": {"entrypoint": "a:b"}, "objectives": [{"metric": "goodput"}]})
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    tell(spec, study, trial, _result(700.0, 64, None), attach=lambda *_: None)
+    stored = study.get_trials()[0]
+    assert stored.state is TrialState.FAIL and stored.user_attrs["goodput_samples_s"] is None
+    assert stored.user_attrs["reason"].endswith(NOT_SCORED) and NOT_SCORED.startswith("goodput not scored: ")
+    trial = study.ask()  # a trial with its own noise scale is scored, and then lends it to the others
+    tell(spec, study, trial, _result(700.0, 64, 16.0), attach=lambda *_: None)
+    trial = study.ask()
+    tell(spec, study, trial, _result(700.0, 64, None), attach=lambda *_: None)
+    last = study.get_trials()[2]
+    assert last.state is TrialState.COMPLETE and last.user_attrs["goodput_noise_from"] == "study"
+    assert last.values[0] == pytest.approx(700.0 * efficiency(64, 16.0, 16))
