@@ -93,6 +93,42 @@ class StepAnatomy:
 
 
 @dataclass(frozen=True)
+class GradientNoise:
+    """A window's squared gradient norms at two batch sizes (docs/reference.md, "Gradient noise scale"): the
+    mean over its ``steps`` of ``|g_small|^2`` (also over the ranks: each rank's gradient before the all-reduce,
+    or each micro-batch's under grad_accum at one rank) and of ``|g_big|^2`` (the all-reduced or accumulated
+    gradient), ``batch_small`` and ``batch_big`` samples each."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    batch_small: int
+    batch_big: int
+    steps: int
+    sqr_small: float
+    sqr_big: float
+
+
+@dataclass(frozen=True)
+class NoiseScale:
+    """A trial's gradient noise scale ``B_noise`` in samples (None: the norms did not resolve it), its ~95%
+    interval (None: unbounded), how (``interval``), and what it came from: ``source`` (``ddp``: per-rank
+    gradients against the all-reduced one; ``grad_accum``: micro-batches against the accumulated one),
+    the two batch sizes, the measured steps and windows."""
+
+    __pydantic_config__ = RECORD_CONFIG
+
+    value: float | None
+    low: float | None
+    high: float | None
+    batch_small: int
+    batch_big: int
+    steps: int
+    windows: int
+    source: str
+    interval: str
+
+
+@dataclass(frozen=True)
 class Window:
     """One reporting window, as rank 0 writes it to metrics.jsonl (all ranks already reduced): the window record."""
 
@@ -110,6 +146,7 @@ class Window:
     settled: bool | None = None  # the warm-up's probe windows agreed before measuring (fixed warm-up: True)
     step_anatomy: StepAnatomy | None = None  # the slowest rank's (None: not measured)
     step_anatomy_mean: StepAnatomy | None = None  # each part's mean over the ranks
+    gradient_noise: GradientNoise | None = None  # None: not measured (FSDP; one rank without grad_accum)
 
     @classmethod
     def from_json(cls, data: Any, what: str = "window") -> Window:
@@ -174,6 +211,9 @@ class TrialResult:
     throughput_spread: float | None = None  # relative half-width of the measured windows' ~95% interval
     step_anatomy: StepAnatomy | None = None  # the slowest rank's in the median window (by step time)
     step_anatomy_mean: StepAnatomy | None = None  # the ranks' mean in that window
+    gradient_noise_scale: NoiseScale | None = None  # None: not measurable in this configuration, or no window
+    global_batch: int | None = None  # the trial's, and the workload's base_batch_size (goodput's efficiency)
+    base_batch_size: int | None = None
     windows: list[Window] = field(default_factory=list)
     error_lines: list[str] = field(default_factory=list)
     trial_dir: str = ""
@@ -223,4 +263,7 @@ class TrialResult:
         for key in ("step_anatomy", "step_anatomy_mean"):
             if isinstance(data.get(key), dict):
                 data[key] = parse_record(StepAnatomy, data[key], key)
+        noise = data.get("gradient_noise_scale")
+        if isinstance(noise, dict):
+            data["gradient_noise_scale"] = parse_record(NoiseScale, noise, "gradient_noise_scale")
         return cls(**data)

@@ -60,7 +60,17 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
         "env": dict(config.env),
         **_knob_measurements(summary),
         "step_anatomy": _step_anatomy(summary),
+        **_noise_facts(summary),
     }
+
+
+def _noise_facts(summary: TuneSummary) -> dict[str, Any]:
+    """The best trial's gradient noise scale (None: not measured) and, scored on goodput, its efficiency."""
+    if summary.best_trial is None:
+        return {}
+    attrs = summary.study.get_trials(deepcopy=False)[summary.best_trial].user_attrs
+    keys = ("statistical_efficiency", "goodput_noise_scale", "goodput_noise_from")
+    return {"gradient_noise_scale": attrs.get("gradient_noise_scale"), **{k: attrs[k] for k in keys if k in attrs}}
 
 
 def _step_anatomy(summary: TuneSummary) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
 from autotune.trial_result import StepAnatomy
-from autotune.trial_runner import TickCallback, TrialResult, Window
+from autotune.trial_runner import TickCallback, TrialResult, Window, noise_source
 
 
 @contextlib.contextmanager
@@ -61,6 +61,7 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     table.add_row("time to first step", fmt(result.time_to_first_step_s, ".2f", " s"))
     if result.step_anatomy is not None:
         table.add_row("step anatomy", anatomy_cell(result.step_anatomy))
+    table.add_row("gradient noise scale", noise_cell(config, result))
     table.add_row("threads per rank", f"{fmt(result.threads_per_rank, 'd')} ({config.threads_per_rank})")
     if config.compile != "off":
         table.add_row("compile", fmt(result.compile_s, ".2f", " s") + " (in the warm-up, not in throughput)")
@@ -71,6 +72,19 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
         console.print("[dim]last error lines:[/]")
         for line in result.error_lines[-8:]:
             console.print(f"  {line}", markup=False, highlight=False)
+
+
+def noise_cell(config: TrialConfig, result: TrialResult) -> str:
+    """``B_noise 37.5 samples (28.5-49.2; ddp: batch 32 against 64)``, or why there is none."""
+    noise = result.gradient_noise_scale
+    if noise is None:
+        source, why = noise_source(config)
+        return why if source is None else "not measured (no window)"
+    where = f"{noise.source}: batch {noise.batch_small} against {noise.batch_big}"
+    if noise.value is None:
+        return f"not resolved by the gradient norms ({where})"
+    interval = "unbounded" if noise.low is None or noise.high is None else f"{noise.low:.3g}-{noise.high:.3g}"
+    return f"{noise.value:.3g} samples ({interval}; {where})"
 
 
 def anatomy_cell(a: StepAnatomy) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from autotune.objectives._goodput import RunningGoodput, result_goodput
 from autotune.objectives._time_to_loss import RunningTimeToLoss, result_time_to_loss
 from autotune.spec import ObjectiveSpec
 from autotune.trial_result import Outcome, TrialResult, Window
@@ -13,15 +15,19 @@ from autotune.trial_result import Outcome, TrialResult, Window
 CONSTRAINT_NAMES = ("memory", "diverged")
 
 
-def metric_value(result: TrialResult, objective: ObjectiveSpec) -> float | None:
+def metric_value(result: TrialResult, objective: ObjectiveSpec, study_noise: float | None = None) -> float | None:
     """The value of ``objective`` for a trial: its ``throughput_samples_s``, ``peak_memory_mb`` or ``loss``.
 
     None when the metric was not measured (the trial ended before its first window) or is not a finite
-    number, which Optuna would refuse as an objective value.
+    number, which Optuna would refuse as an objective value. Goodput takes ``study_noise``, the study's
+    noise scale, for a trial that measured none (_goodput.py).
     """
     if objective.metric == "time_to_loss":  # from the loss curve and the throughput (_time_to_loss.py)
         estimate = result_time_to_loss(result, float(objective.target or 0.0))
         value = estimate.seconds if estimate is not None else None
+    elif objective.metric == "goodput":
+        scored = result_goodput(result, study_noise)
+        value = scored.value if scored is not None else None
     else:
         value = result.metrics()[objective.key]
     if value is None or not math.isfinite(value):
@@ -29,11 +35,13 @@ def metric_value(result: TrialResult, objective: ObjectiveSpec) -> float | None:
     return float(value)
 
 
-def objective_values(result: TrialResult, objectives: Sequence[ObjectiveSpec]) -> list[float] | None:
+def objective_values(
+    result: TrialResult, objectives: Sequence[ObjectiveSpec], study_noise: float | None = None
+) -> list[float] | None:
     """The values of all ``objectives``, in order, or None when any of them is missing."""
     values = []
     for objective in objectives:
-        value = metric_value(result, objective)
+        value = metric_value(result, objective, study_noise)
         if value is None:
             return None
         values.append(value)
@@ -44,20 +52,26 @@ def window_value(window: Window, objective: ObjectiveSpec) -> float:
     """The intermediate value reported to Optuna for one window.
 
     throughput: the trial's throughput so far (``throughput_samples_s``, all measured steps, not the
-    window's own); peak memory: the peak so far; loss: the window's loss.
+    window's own); peak memory: the peak so far; loss: the window's loss; goodput: the throughput so far (the
+    efficiency needs the trial's batches: :func:`running_value`).
     """
-    if objective.metric == "throughput":
+    if objective.metric in ("throughput", "goodput"):
         return window.throughput_samples_s
     if objective.metric == "peak_memory_mb":
         return window.peak_memory_mb
     return window.loss
 
 
-def running_value(objective: ObjectiveSpec, warmup_steps: int | None = None) -> Callable[[Window], float]:
+def running_value(
+    objective: ObjectiveSpec, warmup_steps: int | None = None, *, config: Mapping[str, Any] | None = None,
+    study_noise: float | None = None,
+) -> Callable[[Window], float]:
     """The per-window intermediate value of ``objective``, stateful for time_to_loss (the estimate from the
-    windows so far)."""
+    windows so far) and goodput (the trial's ``config``: its global and base batch; the noise scale so far)."""
     if objective.metric == "time_to_loss":
         return RunningTimeToLoss(float(objective.target or 0.0), warmup_steps)
+    if objective.metric == "goodput":
+        return RunningGoodput(config, study_noise)
     return lambda window: window_value(window, objective)
 
 

@@ -1,15 +1,21 @@
 """Scale: the throughput of a workload over nodes, ranks and per-rank batch (:class:`ScaleModel`, fitted from
-measured step times), the statistical efficiency of a global batch from the gradient noise scale, and the
-best per-rank batches at a scale never measured (:func:`plan_scale`). Pure numbers (numpy and scipy): no
+measured step times), the gradient noise scale from two batch sizes' squared gradient norms
+(:func:`estimate_noise_scale`), the statistical efficiency of a global batch from it, and the best per-rank
+batches at a scale never measured (:func:`plan_scale`). Pure numbers (numpy and scipy): no
 torch, no Optuna, no other room of autotune.
 """
 
 from autotune.scale._model import Interval, ScaleError, ScaleModel, ScaleParams, StepReading, check_enough
+from autotune.scale._noise import INTERVAL as NOISE_INTERVAL
+from autotune.scale._noise import NoiseEstimate, NoiseWindow, estimate_noise_scale, signal_and_noise
 from autotune.scale._plan import BatchPlan, Reach, efficiency, noise_scale, plan_scale, reach
 
 __all__ = [
+    "NOISE_INTERVAL",
     "BatchPlan",
     "Interval",
+    "NoiseEstimate",
+    "NoiseWindow",
     "Reach",
     "ScaleError",
     "ScaleModel",
@@ -17,7 +23,9 @@ __all__ = [
     "StepReading",
     "check_enough",
     "efficiency",
+    "estimate_noise_scale",
     "noise_scale",
     "plan_scale",
     "reach",
+    "signal_and_noise",
 ]

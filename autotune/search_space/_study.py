@@ -3,11 +3,13 @@ taken from the workload it builds (build()'s and the optimizer's defaults, the w
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.errors import StudyFileError
 from autotune.search_space._hyper import HyperparameterSpace
 from autotune.search_space._space import SearchSpace
 from autotune.search_space._split import NoFeasibleSplit
-from autotune.spec import StudySpec, held_global_batches
+from autotune.spec import Choices, Fixed, KnobSpec, StudySpec, held_global_batches
 from autotune.workload import keyword_defaults, study_workload, workload_function
 
 
@@ -23,12 +25,39 @@ def study_space(spec: StudySpec) -> SearchSpace:
         )
     except NoFeasibleSplit as e:
         raise StudyFileError(f"{spec.source}: constraints.global_batch: {e}") from None
+    if any(o.metric == "goodput" for o in spec.objectives) and not measures_noise_scale(space):
+        raise StudyFileError(f"{spec.source}: objectives: {GOODPUT_UNMEASURABLE}")
     if space.global_batch:  # the baseline's split: the first feasible one agreeing with the baseline: section
         try:
             space.default_config(spec.baseline)
         except ValueError as e:
             raise StudyFileError(f"{spec.source}: baseline: {e}") from None
     return space
+
+
+GOODPUT_UNMEASURABLE = (
+    "goodput needs the gradient noise scale, which no configuration of this search space measures (DDP at "
+    "world_size >= 2, or grad_accum >= 2 at one rank; not FSDP): search world_size: {choices: [1, 2]} with "
+    "sharding: ddp, or grad_accum: {choices: [1, 2]}"
+)
+
+
+def _values(knob: KnobSpec) -> list[Any]:
+    if isinstance(knob, Fixed):
+        return [knob.value]
+    if isinstance(knob, Choices):
+        return list(knob.choices)
+    return [knob.low, knob.high]
+
+
+def measures_noise_scale(space: SearchSpace) -> bool:
+    """Whether some configuration of ``space`` measures the gradient noise scale: DDP with two batch sizes in
+    a step (world_size >= 2, or grad_accum >= 2)."""
+    if "ddp" not in _values(space.knobs["sharding"]):
+        return False
+    if space.splits:
+        return any(s.world_size >= 2 or s.grad_accum >= 2 for s in space.splits)
+    return max(_values(space.knobs["world_size"])) >= 2 or max(_values(space.knobs["grad_accum"])) >= 2
 
 
 def hyperparameter_space(spec: StudySpec) -> HyperparameterSpace:

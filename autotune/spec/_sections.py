@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from autotune.spec._global_batch import GlobalBatchField
 from autotune.spec._knobs import STRICT
 
-Metric = Literal["throughput", "peak_memory_mb", "loss", "eval_loss", "time_to_loss"]
+Metric = Literal["throughput", "peak_memory_mb", "loss", "eval_loss", "time_to_loss", "goodput"]
 Direction = Literal["maximize", "minimize"]
 SamplerName = Literal["tpe", "gp", "nsga2", "random", "grid", "cmaes", "qmc"]
 PrunerName = Literal["best", "median", "percentile", "hyperband", "successive_halving", "none"]
@@ -24,10 +24,11 @@ METRIC_KEYS: dict[str, str] = {
     "loss": "loss",
     "eval_loss": "eval_loss",
     "time_to_loss": "time_to_loss_s",
+    "goodput": "goodput_samples_s",
 }
 _NATURAL_DIRECTION = {
     "throughput": "maximize", "peak_memory_mb": "minimize", "loss": "minimize", "eval_loss": "minimize",
-    "time_to_loss": "minimize",
+    "time_to_loss": "minimize", "goodput": "maximize",
 }
 
 
@@ -162,7 +163,7 @@ class ObjectiveSpec(BaseModel):
     model_config = STRICT
     metric: Metric = Field(
         description="throughput (samples/s) | peak_memory_mb | loss | eval_loss (held-out, at the end) | "
-        "time_to_loss (seconds to target:)"
+        "time_to_loss (seconds to target:) | goodput (samples/s x statistical efficiency at the global batch)"
     )
     direction: Direction | None = Field(
         None, description="maximize | minimize (default: the metric's natural)"

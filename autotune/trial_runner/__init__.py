@@ -10,6 +10,7 @@ from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
 from autotune.trial_runner._monitor import MetricsTail, Monitor, TickCallback, run_trial
+from autotune.trial_runner._noise import noise_source
 from autotune.trial_runner._pace import PacedRun, PacedRunFailed
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._process import free_port
@@ -38,6 +39,7 @@ __all__ = [
     "compute_threads",
     "free_port",
     "make_launcher",
+    "noise_source",
     "plan_for",
     "run_trial",
     "shard_model",

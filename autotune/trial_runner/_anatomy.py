@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from autotune.trial_runner._noise import NoiseMeter
+
 PARTS = ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s")
 DATA, FORWARD_BACKWARD, SYNC, OPTIMIZER = range(len(PARTS))
 
@@ -108,16 +110,29 @@ class StepLaps:
         return totals
 
 
-def timing_hook(laps: StepLaps) -> Any:
-    """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum) and tells
-    ``laps`` when it starts and when it has launched each bucket's all-reduce."""
+def timing_hook(laps: StepLaps, noise: NoiseMeter | None = None) -> Any:
+    """A DDP comm hook that all-reduces as DDP's default does (divide by the world size, sum), tells ``laps``
+    when it starts and when it has launched each bucket's all-reduce, and hands ``noise`` (the gradient noise
+    scale: _noise.py) the bucket's gradient before the all-reduce (this rank's) and after it (the global
+    batch's: only the buckets this rank owns). The noise's norm is taken before the hook's timed part: it is
+    the measurement's own cost, not the synchronisation's."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     # No annotations: DDP inspects them, and postponed (string) annotations fail its check.
     def hook(state, bucket):  # type: ignore[no-untyped-def]
+        if noise is not None:
+            noise.add_small(bucket.buffer())
         laps.bucket_launched()
         future = default_hooks.allreduce_hook(state, bucket)
         laps.bucket_hooked()
-        return future
+        if noise is None or not noise.owns(bucket.index()):
+            return future
+
+        def reduced(done):  # type: ignore[no-untyped-def]
+            tensor = done.value()
+            noise.add_big(tensor)
+            return tensor
+
+        return future.then(reduced)
 
     return hook

@@ -21,9 +21,10 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-from autotune.trial_result import StepAnatomy, Window
+from autotune.trial_result import GradientNoise, StepAnatomy, Window
 from autotune.trial_runner._anatomy import StepLaps
 from autotune.trial_runner._memory import MemorySampler
+from autotune.trial_runner._noise import NoiseMeter, window_noise
 from autotune.trial_runner._plan import METRICS_FILE, TrialPlan
 from autotune.trial_runner._records import window_line
 from autotune.trial_runner._warmup import Warmup
@@ -61,6 +62,7 @@ class Reduced(NamedTuple):
     loss: float | None
     anatomy: StepAnatomy | None
     anatomy_mean: StepAnatomy | None
+    noise: GradientNoise | None = None
 
 
 class WindowMeter:
@@ -69,10 +71,12 @@ class WindowMeter:
     holds the step's timed parts since the last boundary (the step anatomy)."""
 
     def __init__(
-        self, plan: TrialPlan, trial_dir: Path, rank: int, world_size: int, device: torch.device, laps: StepLaps
+        self, plan: TrialPlan, trial_dir: Path, rank: int, world_size: int, device: torch.device, laps: StepLaps,
+        noise: NoiseMeter | None = None,
     ) -> None:
         cfg, limits = plan.config, plan.limits
         self.plan, self.rank, self.world_size, self.device, self.laps = plan, rank, world_size, device, laps
+        self.noise = noise  # the window's squared gradient norms (the gradient noise scale), when measured
         self.global_batch = cfg.global_batch
         self.window, self.max_steps = limits.window(), trial_steps(limits, cfg.global_batch)
         self.warmup = Warmup.for_limits(limits, self.max_steps)
@@ -159,19 +163,20 @@ class WindowMeter:
             self.peak = self.memory.peak
 
     def _reduce(self, window_time: float, steps: int, parts: list[float]) -> Reduced:
-        """One small collective per window: every rank's time, memory, non-finite flag, loss and timed parts,
-        gathered to every rank (the slowest rank is the one whose window took longest)."""
+        """One small collective per window: every rank's time, memory, non-finite flag, loss, timed parts and
+        gradient norms, gathered to every rank (the slowest rank is the one whose window took longest)."""
         local_loss = (self.window_loss / max(1, steps)).float()
         finite = bool(torch.isfinite(local_loss))
+        norms = self.noise.take() if self.noise is not None else []  # the gradient noise scale's sums
         row = torch.tensor([window_time, self.peak, 0.0 if finite else 1.0, local_loss.item() if finite else 0.0,
-                            *parts], dtype=torch.float64, device=self.device)
+                            *parts, *norms], dtype=torch.float64, device=self.device)
         rows = [torch.empty_like(row) for _ in range(self.world_size)]
         dist.all_gather(rows, row)
         table = torch.stack(rows).tolist()
         slowest = max(table, key=lambda r: r[0])
         loss = None if any(r[2] for r in table) else sum(r[3] for r in table) / self.world_size
         return Reduced(slowest[0], max(r[1] for r in table), loss, self._anatomy([slowest], steps),
-                       self._anatomy(table, steps))
+                       self._anatomy(table, steps), window_noise(self.noise, table))
 
     def _anatomy(self, rows: list[list[float]], steps: int) -> StepAnatomy | None:
         """The step anatomy of ``rows`` (each part's mean over them), per step; None when not measured."""
@@ -197,4 +202,5 @@ class WindowMeter:
             settled=self.warmup.settled,
             step_anatomy=reduced.anatomy,
             step_anatomy_mean=reduced.anatomy_mean,
+            gradient_noise=reduced.noise,
         )

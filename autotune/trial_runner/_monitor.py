@@ -18,6 +18,7 @@ from autotune.trial_runner._exit import classify_exit, rank_hosts
 from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._load import LoadMeter
 from autotune.trial_runner._memory import tree_memory_mb
+from autotune.trial_runner._noise import noise_source, trial_noise_scale
 from autotune.trial_runner._plan import (
     APPLIED_FILE,
     HEARTBEAT_FILE,
@@ -284,6 +285,9 @@ def _measurements(result: TrialResult, plan: TrialPlan, verdict: Verdict, done: 
     """The numbers of a trial: its windows, rank 0's done record (a run that ended by itself), the memory."""
     windows = verdict.windows
     result.take_windows(windows)
+    config = plan.config
+    result.global_batch, result.base_batch_size = config.global_batch, config.base_batch_size
+    result.gradient_noise_scale = trial_noise_scale(windows, noise_source(config)[0])
     if done is not None:
         result.steps, result.samples = done.steps, done.samples
         result.training_s, result.training_span_s = done.training_s, done.training_span_s

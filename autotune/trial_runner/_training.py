@@ -37,6 +37,7 @@ from autotune.trial_runner._build import (
 )
 from autotune.trial_runner._data import batch_len, eval_loader, loader_facts, to_device, train_data
 from autotune.trial_runner._meter import MEMORY_EVERY_S, WindowMeter
+from autotune.trial_runner._noise import NoiseMeter, noise_source
 from autotune.trial_runner._pace import Gate
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, TrialPlan
 from autotune.trial_runner._records import DoneRecord, write_record
@@ -70,11 +71,16 @@ class Trainer:
         self.model: Any = wrapped.model  # DDP, an FSDP2 module or the bare model
         self.ddp, self.fsdp = wrapped.ddp, wrapped.fsdp
         self.laps = StepLaps(self.device, sync=None if self.fsdp else self.ddp is not None, on=plan.step_anatomy)
-        if self.ddp is not None and (plan.step_anatomy or plan.trace):
-            self.ddp.register_comm_hook(None, timing_hook(self.laps))  # counts the all-reduces, too
+        source, _ = noise_source(cfg)  # the gradient noise scale's two batch sizes (_noise.py), or None
+        self.noise = NoiseMeter(cfg, source, self.device, ctx.rank) if source is not None else None
+        if self.noise is not None and source == "grad_accum":
+            self.noise.watch_parameters(wrapped.module)
+        if self.ddp is not None and (plan.step_anatomy or plan.trace or self.noise is not None):
+            self.ddp.register_comm_hook(None, timing_hook(self.laps, self.noise))  # counts the all-reduces, too
         self.applied.ranks = gather_rank_facts(wrapped.module, cfg, ctx, self.ddp is not None)
         self.write_applied()  # threads and sharding known now, before a first step that may never finish
         _, _, optimizer_kwargs = split_hyperparameters(cfg.hyperparameters)
+        self._parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = self.workload.optimizer(self.model.parameters(), cfg.lr, **optimizer_kwargs)
         self.applied.optimizer_lr = [g["lr"] for g in self.optimizer.param_groups]
         if optimizer_kwargs:  # what the optimizer holds, as its param groups say
@@ -120,6 +126,8 @@ class Trainer:
             total += loss.detach().float()
         if self.ddp is not None:
             laps.backward_done(start)
+        if self.noise is not None:  # the step's gradients are complete: their norms (before the optimizer)
+            self.noise.end_step(self._parameters, self.scaler.get_scale() if self.scaler is not None else None)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -143,7 +151,7 @@ class Trainer:
     def train(self) -> DoneRecord:
         """Step until the trial's steps are done, the loss diverged, or a paced run is told to finish."""
         plan, ctx = self.plan, self.ctx
-        meter = WindowMeter(plan, ctx.trial_dir, ctx.rank, ctx.world_size, self.device, self.laps)
+        meter = WindowMeter(plan, ctx.trial_dir, ctx.rank, ctx.world_size, self.device, self.laps, self.noise)
         # A paced run (a confirmation race) trains in blocks of pace_steps after its warm-up, each one released
         # by the tuner through the gate and followed by a stop there, until the tuner ends it.
         gate = Gate(ctx.trial_dir, ctx.rank) if plan.pace_steps else None

@@ -22,8 +22,13 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.compat import optuna_private
 from autotune.errors import AutotuneError, LaunchError
 from autotune.objectives import (
+    GOODPUT,
+    NOT_SCORED,
     constraint_values,
+    goodput_attrs,
     is_reference,
+    noise_scale_attr,
+    noise_scale_of,
     objective_values,
     running_value,
     time_to_loss_attrs,
@@ -48,6 +53,8 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
     _stop_if_disk_full(study, trial, result)
     attrs = result_attrs(spec, result)
     attrs.update(time_to_loss_attrs(result, spec))
+    study_noise = _study_noise(spec, study)  # goodput: for a trial that measured no noise scale of its own
+    attrs.update(goodput_attrs(result, spec, study_noise))
     # The verdict first, so that the constraints go in the attributes' transaction.
     outcome = result.outcome
     values: list[float] | None = None
@@ -55,9 +62,11 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
     if outcome is Outcome.PRUNED:
         state = TrialState.PRUNED
     elif outcome in (Outcome.COMPLETE, Outcome.OOM, Outcome.DIVERGED):
-        values = objective_values(result, spec.objectives)
+        values = objective_values(result, spec.objectives, study_noise)
         if values is None and outcome is not Outcome.COMPLETE:
             values = [_worst_value(study, o) for o in spec.objectives]
+        elif values is None and attrs.get(GOODPUT, 0.0) is None and result.throughput_samples_s is not None:
+            attrs["reason"] = f"{result.reason}; {NOT_SCORED}"
         if values is not None:
             state = TrialState.COMPLETE
     # A pruned trial's constraints are as measured so far: a sampler that models pruned trials (gp) needs the
@@ -101,6 +110,7 @@ def result_attrs(spec: StudySpec, result: TrialResult) -> dict[str, Any]:
         "throughput_spread": _clean(result.throughput_spread),
         "step_anatomy": asdict(result.step_anatomy) if result.step_anatomy is not None else None,
         "step_anatomy_mean": asdict(result.step_anatomy_mean) if result.step_anatomy_mean is not None else None,
+        "gradient_noise_scale": noise_scale_attr(result),
         "windows": [
             [w.step, _clean(w.throughput_samples_s), _clean(w.peak_memory_mb), _clean(w.loss), *extra]
             for w, extra in zip(result.windows, window_extras(result.windows, spec), strict=True)
@@ -176,7 +186,9 @@ def pruning_hook(
     if len(objectives) == 1:
         objective = objectives[0]
         prune = prune and spec.pruner.name != "none"
-        value_of = running_value(objective)  # time_to_loss: the estimate from the windows so far
+        # time_to_loss: the estimate from the windows so far; goodput: with the noise scale so far
+        config = trial.user_attrs.get("config")
+        value_of = running_value(objective, config=config, study_noise=_study_noise(spec, study))
 
         def single(window: Window) -> bool:
             decided: list[bool] = []
@@ -209,7 +221,8 @@ def pruning_hook(
         if is_reference(t)
     ]
 
-    values_of = [running_value(o) for o in objectives]
+    config, study_noise = trial.user_attrs.get("config"), _study_noise(spec, study)
+    values_of = [running_value(o, config=config, study_noise=study_noise) for o in objectives]
 
     def multi(window: Window) -> bool:
         values = [value_of(window) for value_of in values_of]
@@ -222,6 +235,11 @@ def report_step(spec: StudySpec, window: Window) -> int:
     """The step a window's value is reported at: its optimizer step, or with ``trial.samples`` set the
     samples seen, so trials of different global batches compare at equal samples."""
     return window.samples if spec.trial.samples is not None else window.step
+
+
+def _study_noise(spec: StudySpec, study: optuna.Study) -> float | None:
+    """The study's gradient noise scale (the median of its complete trials' own) when it is scored on goodput."""
+    return noise_scale_of(study) if any(o.metric == "goodput" for o in spec.objectives) else None
 
 
 def _clean(value: float | None) -> float | None:
