@@ -87,7 +87,12 @@ def test_goodput_ranks_a_batch_far_past_the_noise_scale_lower_than_throughput_do
         else:  # the baseline: one rank, no accumulation, at the base batch: efficiency 1, no noise scale needed
             assert a["gradient_noise_scale"] is None and a["goodput_noise_from"] == "base batch"
     best = json.loads(autotune("best", str(soonest_path), "--format", "json").stdout)
-    assert best["gradient_noise_scale"]["source"] == "ddp" and best["statistical_efficiency"] == 1.0
+    # Either configuration at the base batch may be the faster here (one rank of 16 or two of 8: a timing).
+    assert best["derived"]["global_batch"] == 16 and best["statistical_efficiency"] == 1.0
+    if best["config"]["world_size"] == 2:
+        assert best["gradient_noise_scale"]["source"] == "ddp"
+    else:
+        assert best["gradient_noise_scale"] is None and best["goodput_noise_from"] == "base batch"
     assert "goodput_samples_s_median" in best["metrics"]
 
 
