@@ -119,7 +119,8 @@ def test_chaos_soak_four_workers_sigkills_and_a_postgresql_restart_lose_nothing(
     # a calm run of the same study file (SQLite, one worker, nothing killed): the same choice, or tied within
     # its interval
     calm_started = time.monotonic()
-    calm = sd.cli("run", "study.yaml", "--n-trials", "18", "--storage", f"sqlite:///{tmp_path / 'calm.db'}")
+    calm = sd.autotune("run", "study.yaml", "--n-trials", "18", "--storage", f"sqlite:///{tmp_path / 'calm.db'}",
+                       timeout=240)
     calm_s = time.monotonic() - calm_started
     assert calm.returncode == 0, calm.stdout + calm.stderr
     soak_key, _, _ = _choice(sd, postgres_url)
