@@ -72,8 +72,9 @@ def _inside(folder: Path) -> Iterator[None]:
         os.chdir(before)
 
 
-def autotune(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None) -> CliRun:
-    """Run ``autotune ARGS`` in this process, in ``cwd``, with ``env`` added to the environment."""
+def autotune(*args: str, cwd: Path | str | None = None, env: Mapping[str, str | None] | None = None) -> CliRun:
+    """Run ``autotune ARGS`` in this process, in ``cwd``, with ``env`` added to the environment (a None value
+    removes that variable meanwhile)."""
     runner = CliRunner()
     with contextlib.ExitStack() as stack:
         if cwd is not None:

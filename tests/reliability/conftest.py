@@ -1,10 +1,10 @@
-"""The reliability suite's helpers: a study folder with the chaos workload, the real CLI as a subprocess, the
-stored study, and the process table.
+"""The reliability suite's helpers: a study folder with the chaos workload, the real CLI (as a subprocess, or in
+this process where a rerun or a read is not what a test checks), the stored study, and the process table.
 
-Every `autotune` process a test starts carries a mark in its environment (``AUTOTUNE_RELIABILITY_MARK``,
-one value per test). Trials inherit it (autotune passes ``AUTOTUNE_*`` variables into trial environments),
-so what a study started can be found in the process table even when other autotune sessions run on the
-same machine — a warm zygote, a forked rank, a DataLoader worker.
+Every `autotune` a test starts (``StudyDir.cli`` too, while it runs) carries a mark in its environment
+(``AUTOTUNE_RELIABILITY_MARK``, one value per test). Trials inherit it (autotune passes ``AUTOTUNE_*``
+variables into trial environments), so what a study started can be found in the process table even when other
+autotune sessions run on the same machine — a warm zygote, a forked rank, a DataLoader worker.
 """
 
 from __future__ import annotations

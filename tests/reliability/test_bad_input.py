@@ -167,7 +167,7 @@ def test_a_workload_that_fails_in_its_ranks_is_a_clear_trial_outcome(
 ) -> None:
     sd = make_study(f"wl-{entrypoint.replace('_', '-')}", entrypoint=f"chaos.py:{entrypoint}",
                     trial={"warmup_steps": 1, "max_steps": 4})
-    out = sd.autotune("run", "study.yaml", "--n-trials", "1", timeout=120)
+    out = sd.cli("run", "study.yaml", "--n-trials", "1")
     assert out.returncode == 1, out.stdout + out.stderr  # nothing usable: scripts can tell
     assert "Traceback" not in out.stdout + out.stderr
     assert "no trial completed: nothing to recommend" in out.stdout
@@ -175,7 +175,7 @@ def test_a_workload_that_fails_in_its_ranks_is_a_clear_trial_outcome(
     assert trial.user_attrs["outcome"] == "crashed"
     assert trial.user_attrs["reason"].startswith(reason), trial.user_attrs["reason"]
     assert trial.user_attrs["error_lines"], "the rank's last lines are kept"
-    best = sd.autotune("best", "study.yaml", timeout=60)
+    best = sd.cli("best", "study.yaml")
     assert best.returncode == 2 and len(best.stderr.splitlines()) == 1, best.stderr
     assert "has completed yet" in best.stderr
     assert_nothing_left(sd, started)
@@ -191,7 +191,7 @@ def test_a_workload_entrypoint_that_fails_is_refused_before_launch(
 ) -> None:
     sd = make_study(f"ep-{entrypoint.replace('_', '-')}", entrypoint=f"chaos.py:{entrypoint}")
     before = listing(sd.folder)
-    out = sd.autotune("run", "study.yaml", timeout=120)
+    out = sd.cli("run", "study.yaml")
     assert out.returncode == 2, out.stdout + out.stderr
     (line,) = out.stderr.splitlines()
     assert line.startswith("error: study.yaml: workload.entrypoint: ") and expect in line, line

@@ -101,15 +101,15 @@ def test_every_fault_at_one_and_two_ranks_gets_its_outcome_and_the_study_goes_on
     assert not wrong, "\n".join(map(str, wrong))
 
     # the stored study still reads back
-    report = sd.autotune("report", "study.yaml", "-o", str(tmp_path / "chaos.html"), timeout=120)
+    report = sd.cli("report", "study.yaml", "-o", str(tmp_path / "chaos.html"))
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "chaos.html").stat().st_size > 10_000
-    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    best = sd.cli("best", "study.yaml", "--format", "json")
     assert best.returncode == 0, best.stdout + best.stderr
     payload = json.loads(best.stdout)
     assert payload["config"]["batch_size"] == 8
     assert study.trials[payload["trial"]].user_attrs["outcome"] == "complete"
-    status = sd.autotune("status", "study.yaml", timeout=60)
+    status = sd.cli("status", "study.yaml")
     assert status.returncode == 0, status.stdout + status.stderr
     assert "crashed: 6" in status.stdout and "hang: 2" in status.stdout, status.stdout
     assert "chaos.cc" in status.stdout  # a reason with brackets is shown as text, not read as markup

@@ -103,11 +103,11 @@ def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_on
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
     filler.unlink()
-    status = sd.autotune("status", "study.yaml", timeout=120)
+    status = sd.cli("status", "study.yaml")
     assert status.returncode == 0 and "complete: 1" in status.stdout, status.stdout + status.stderr
-    report = sd.autotune("report", "study.yaml", "-o", str(tmp_path / "report.html"), timeout=180)
+    report = sd.cli("report", "study.yaml", "-o", str(tmp_path / "report.html"))
     assert report.returncode == 0, report.stdout + report.stderr
-    again = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    again = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = read_trials(db)
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]

@@ -90,7 +90,7 @@ def test_sigterm_stops_autotune_run_in_the_grace_period_and_the_rerun_completes_
     _check_recorded(sd, 0)
     assert_nothing_left(sd, started)
 
-    again = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    again = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = sd.load().get_trials(deepcopy=False)
     assert sum(counts_toward_budget(t) for t in trials) == 3

@@ -180,7 +180,7 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
     assert_nothing_left(sd, started)  # the running trial's processes ended with the worker
 
     postgres_control.start()
-    again = sd.autotune("run", "study.yaml", "--n-trials", "2", timeout=240)
+    again = sd.cli("run", "study.yaml", "--n-trials", "2")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = _trials(postgres_url, "gone")
     # the stopped trial: failed by the rerun (interrupted, or, past the heartbeat grace period, stale) and its

@@ -98,7 +98,7 @@ def test_sigkill_at_random_points_loses_nothing_and_the_rerun_finishes(
     print("\n".join(log))  # shown with -s, and on failure
     assert stale, f"no round left a trial running: the kills missed every trial; {log}"
 
-    rerun = sd.autotune("run", "study.yaml", "--n-trials", str(N_TRIALS), timeout=300)
+    rerun = sd.cli("run", "study.yaml", "--n-trials", str(N_TRIALS))
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "Traceback" not in rerun.stdout + rerun.stderr
     study = sd.load()
@@ -148,19 +148,19 @@ def test_a_tuner_killed_right_after_asking_for_a_trial_does_not_stall_the_study(
     make_study: Callable[..., StudyDir], started: float
 ) -> None:
     sd = make_study("orphan", search_space=SPACE, sampler={"name": "random", "seed": 2})
-    first = sd.autotune("run", "study.yaml", "--n-trials", "2", timeout=180)
+    first = sd.cli("run", "study.yaml", "--n-trials", "2")
     assert first.returncode == 0, first.stdout + first.stderr
     orphan = _ask_and_die(sd)
     assert sd.load().trials[orphan].state == TrialState.RUNNING
     _age(sd.db, orphan, 120)  # long past any heartbeat grace period
 
-    rerun = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=120)  # before: waited forever
+    rerun = sd.cli("run", "study.yaml", "--n-trials", "3")  # before: waited forever
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     trials = sd.load().get_trials(deepcopy=False)
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
     assert trials[orphan].state == TrialState.FAIL and trials[orphan].user_attrs["outcome"] == "interrupted"
     assert sum(counts_toward_budget(t) for t in trials) == 3
-    status = sd.autotune("status", "study.yaml", timeout=60)  # a failed trial with no config reads back
+    status = sd.cli("status", "study.yaml")  # a failed trial with no config reads back
     assert status.returncode == 0 and "interrupted: 1" in status.stdout, status.stdout + status.stderr
     assert_nothing_left(sd, started)
 
@@ -201,7 +201,7 @@ def test_a_trial_folder_that_cannot_be_written_is_one_line_exit_1_and_no_corrupt
         (sd.folder / "runs").unlink()
     else:
         (sd.trial_dir(0) / "config.tmp").unlink()
-    again = sd.autotune("run", "study.yaml", "--n-trials", "2", timeout=180)
+    again = sd.cli("run", "study.yaml", "--n-trials", "2")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = sd.load().get_trials(deepcopy=False)
     assert sum(counts_toward_budget(t) for t in trials) == 2

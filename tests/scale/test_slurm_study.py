@@ -12,6 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests._cli import autotune
 from tests.conftest import SlurmCluster
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -63,16 +64,13 @@ def _closed_port() -> int:
 
 @pytest.mark.slow
 def test_the_example_studies_validate_without_a_cluster_or_a_database() -> None:
+    # in this process (tests/_cli.py): what is checked is validate's answer, not a Python start
     for name in ("slurm.yaml", "postgres.yaml"):
-        out = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(ROOT / "studies" / name)],
-                             capture_output=True, text=True, timeout=120, check=False)
-        assert out.returncode == 0, out.stderr
+        out = autotune("validate", str(ROOT / "studies" / name))
+        assert out.exit_code == 0, out.stderr
     # The PostgreSQL URL is checked for its shape only: no server needs to answer.
     url = f"postgresql+psycopg://autotune@127.0.0.1:{_closed_port()}/nowhere"
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(ROOT / "studies" / "postgres.yaml"),
-                          "--set", f"storage={url}"], capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr
-    bad = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", str(ROOT / "studies" / "postgres.yaml"),
-                          "--set", "storage=postgresql+psycopg:///no-host"], capture_output=True, text=True,
-                         timeout=120, check=False)
-    assert bad.returncode == 2 and "needs a host" in bad.stderr
+    out = autotune("validate", str(ROOT / "studies" / "postgres.yaml"), "--set", f"storage={url}")
+    assert out.exit_code == 0, out.stderr
+    bad = autotune("validate", str(ROOT / "studies" / "postgres.yaml"), "--set", "storage=postgresql+psycopg:///no-host")
+    assert bad.exit_code == 2 and "needs a host" in bad.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._cli import autotune
 from tests._processes import leftovers, wait_no_leftovers
 
 from .conftest import HERE
@@ -105,10 +106,11 @@ def test_tuner_killed_with_sigkill_takes_its_trial_along(tmp_path: Path) -> None
 
 
 def _trial(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+    """`autotune [ARGS[0]] trial STUDY ARGS[1:]` in this process (tests/_cli.py): what these tests read is the
+    command's answer; test_trial_json_reports_outcome_metrics_and_config starts it as a process."""
     head = [a for a in args[:1] if a]
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *head, "trial", str(study), *args[1:]],
-                          capture_output=True, text=True, timeout=120, check=False, env=env)
+    out = autotune(*head, "trial", str(study), *args[1:], env={"COLUMNS": "200"})
+    return subprocess.CompletedProcess(["autotune", *head, "trial"], out.exit_code, out.stdout, out.stderr)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import autotune
+from tests._cli import autotune as autotune_cli
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -43,10 +44,9 @@ confirm: {top_k: 0}
     for t in trials.values():  # every trial records the threads it ran with; auto (the baseline) resolved
         assert isinstance(t.user_attrs["threads_per_rank"], int)
         assert t.user_attrs["config"]["env"]["FIXED_FLAG"] == "on"
-    best = json.loads(subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "best", str(study), "--format", "json"],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout)
+    shown = autotune_cli("best", str(study), "--format", "json")  # in this process: the CLI, not its start
+    assert shown.exit_code == 0, shown.stderr
+    best = json.loads(shown.stdout)
     assert best["config"]["threads_per_rank"] == chosen.config.threads_per_rank
     assert best["env"] == chosen.config.env == {k: v for k, v in chosen.env().items() if "NUM_THREADS" not in k}
     assert best["threads_per_rank_resolved"] == trials[best["trial"]].user_attrs["threads_per_rank"]

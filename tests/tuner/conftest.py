@@ -16,6 +16,7 @@ import optuna
 import pytest
 import yaml
 
+from tests._cli import autotune as in_process
 from tests._processes import wait_no_leftovers, wait_none_in
 from tests.trial_runner.conftest import HERE as TRIAL_RUNNER_TESTS
 
@@ -76,6 +77,17 @@ class StudyDir:
             [sys.executable, "-m", "autotune.cli", *args], cwd=self.folder, capture_output=True, text=True,
             timeout=timeout, check=False, env=self._env(env), stdin=subprocess.DEVNULL,
         )
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """The same CLI run in this process (tests/_cli.py), from the study's folder, with the environment
+        ``autotune`` would give its process: for tests where the Python start is not what they check."""
+        full = self._env(env)
+        changes: dict[str, str | None] = {}
+        if full is not None:
+            changes = {k: v for k, v in full.items() if os.environ.get(k) != v}
+            changes.update({k: None for k in os.environ if k not in full})
+        out = in_process(*args, cwd=self.folder, env=changes)
+        return subprocess.CompletedProcess(["autotune", *args], out.exit_code, out.stdout, out.stderr)
 
     def popen(self, *args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:

@@ -56,7 +56,7 @@ def test_summary_status_and_report_warn_in_one_line_naming_the_busy_trials(
     spec, summary = _replayed(sd, BUSY)
     out = io.StringIO()
     print_summary(Console(file=out, width=200), summary, spec)
-    status = sd.autotune("status", "study.yaml", timeout=120)
+    status = sd.cli("status", "study.yaml")
     assert status.returncode == 0, status.stderr
     headline = headline_data(summary.study)
     for text in (out.getvalue(), status.stdout, headline.busy or ""):

@@ -182,10 +182,10 @@ def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: C
     sd = study_dir("no-workload", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
     summary = _run(sd, lambda config, repeat: Measured(500.0 + config.batch_size), n_trials=3)
     (sd.folder / "faulty.py").unlink()
-    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    best = sd.cli("best", "study.yaml", "--format", "json")
     assert best.returncode == 0, best.stderr
     assert json.loads(best.stdout)["trial"] == summary.best_trial
-    status = sd.autotune("status", "study.yaml", timeout=60)
+    status = sd.cli("status", "study.yaml")
     assert status.returncode == 0, status.stderr
     assert f"best so far: trial #{summary.best_trial}" in status.stdout
 
@@ -196,7 +196,7 @@ def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., S
     # windows, and the summary, `autotune best` and the report name one winner.
     sd = study_dir("e2e-defaults", search_space={"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0,
                    "high": 1}}, confirm={"top_k": 1, "repeats": 1}, sampler={"seed": 0})
-    out = sd.autotune("run", "study.yaml", "--n-trials", "5", timeout=300)
+    out = sd.cli("run", "study.yaml", "--n-trials", "5")
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     trials = study.get_trials(deepcopy=False)
@@ -205,7 +205,7 @@ def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., S
     assert sorted(baseline.intermediate_values) == [w[0] for w in baseline.user_attrs["windows"]]
     assert baseline.intermediate_values  # the first comparison of the `best` pruner
     record = study.user_attrs["autotune_confirmation"]
-    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    best = sd.cli("best", "study.yaml", "--format", "json")
     assert best.returncode == 0, best.stderr
     payload = json.loads(best.stdout)
     assert config_key(payload["config"]) == record["best_config_key"]

@@ -62,7 +62,7 @@ def test_sigkilled_tuner_leaves_nothing_and_the_rerun_finishes_the_study(
     before = finished_snapshot(study)
     assert list(before) == [0] and study.trials[0].state == TrialState.COMPLETE
 
-    rerun = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    rerun = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     study = sd.load()
     trials = study.get_trials(deepcopy=False)
@@ -85,7 +85,7 @@ def test_sigkilled_tuner_leaves_nothing_and_the_rerun_finishes_the_study(
     assert len(budget_trials(study)) == 3
     assert [t.user_attrs["role"] for t in trials].count("baseline") == 1
     assert len(trials) == 4  # baseline, killed, its retry, one more search trial
-    status = sd.autotune("status", "study.yaml", timeout=60)
+    status = sd.cli("status", "study.yaml")
     assert status.returncode == 0, status.stderr
     assert "complete: 3" in status.stdout and "interrupted: 1" in status.stdout, status.stdout
     assert_nothing_left(study, sd)

@@ -25,7 +25,7 @@ def test_a_throughput_and_memory_study_runs_and_has_a_pareto_front(study_dir: Ca
         search_space={"num_workers": {"low": 0, "high": 1}, "batch_size": {"choices": [16, 64]}},
         sampler={"name": "tpe", "seed": 0}, pruner={"name": "hyperband"}, confirm={"top_k": 0},
     )
-    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    out = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "NotImplementedError" not in out.stdout + out.stderr
     study = sd.load()

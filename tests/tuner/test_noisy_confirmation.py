@@ -131,7 +131,7 @@ def test_when_the_default_wins_after_its_cold_first_trial_is_left_out_its_rerun_
 def test_max_repeats_below_repeats_is_a_one_line_error(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir("bad-max", search_space=SPACE, trial=TRIAL, confirm={"method": "reruns", "top_k": 1, "repeats": 3,
                                                                   "max_repeats": 2})
-    out = sd.autotune("validate", "study.yaml", "--no-build", timeout=60)
+    out = sd.cli("validate", "study.yaml", "--no-build")
     assert out.returncode == 2
     assert out.stderr.strip() == (
         "error: study.yaml: confirm: max_repeats (2) is below repeats (3); raise it or leave it out")

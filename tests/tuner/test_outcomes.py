@@ -27,7 +27,7 @@ def test_crashing_configurations_are_recorded_and_the_study_goes_on(
     # rank 1 raises at its third step: every two-rank trial crashes, every one-rank trial completes
     sd = study_dir(f"crashes-{start}", workload_args={"fault": "raise", "rank": 1, "at_step": 3},
                    launcher={"start": start}, **WORLD_1_OR_2)
-    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    out = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     trials = study.get_trials(deepcopy=False)
@@ -49,7 +49,7 @@ def test_crashing_configurations_are_recorded_and_the_study_goes_on(
         assert t.state == TrialState.COMPLETE and t.user_attrs["outcome"] == "complete"
         assert t.user_attrs["error_lines"] == []
 
-    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    best = sd.cli("best", "study.yaml", "--format", "json")
     assert best.returncode == 0, best.stderr
     payload = json.loads(best.stdout)
     assert payload["config"]["world_size"] == 1
@@ -68,7 +68,7 @@ def test_a_configuration_over_the_memory_budget_is_infeasible_not_best(study_dir
         constraints={"max_memory_mb": 700},
         **WORLD_1_OR_2,
     )
-    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    out = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     trials = study.get_trials(deepcopy=False)
@@ -85,7 +85,7 @@ def test_a_configuration_over_the_memory_budget_is_infeasible_not_best(study_dir
         assert t.user_attrs["outcome"] == "complete" and t.constraints["memory"] <= 0
     feasible = {t.number for t in under}
     assert study.best_trial.number in feasible  # Optuna itself ignores the infeasible ones
-    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    best = sd.cli("best", "study.yaml", "--format", "json")
     assert best.returncode == 0, best.stderr
     assert json.loads(best.stdout)["trial"] in feasible
     assert_nothing_left(study, sd)
@@ -97,7 +97,7 @@ def test_baseline_override_sets_the_first_trial(study_dir: Callable[..., StudyDi
         "baseline", baseline={"batch_size": 16},
         search_space={"batch_size": {"choices": [16, 32, 64]}}, confirm={"top_k": 0},
     )
-    out = sd.autotune("run", "study.yaml", "--n-trials", "1", timeout=120)
+    out = sd.cli("run", "study.yaml", "--n-trials", "1")
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     assert len(study.trials) == 1

@@ -1,10 +1,12 @@
 """`autotune plan` and `Calibration.plan` on real studies: the tuner runs each study over a landscape whose
-throughput follows a known scale model (its replay seam), then the real CLI reads the stored study."""
+throughput follows a known scale model (its replay seam), then the CLI reads the stored study: in this process
+(tests/_cli.py), but for one test that starts `autotune plan` as a user's shell would."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -18,9 +20,9 @@ from autotune.search_space import TrialConfig
 from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
 from autotune.workload_check import load_spec
 
-from .conftest import StudyDir
+from .conftest import StudyDir, make_study
 
-pytestmark = pytest.mark.slow  # each `autotune plan` is a fresh process that imports torch: seconds
+pytestmark = pytest.mark.slow  # the replayed studies write a real SQLite study each: seconds
 
 TRIAL = {"warmup_steps": 2, "max_steps": 11, "report_every": 3}
 FIXED = {"sampler": {"name": "grid"}, "pruner": {"name": "none"}, "confirm": {"top_k": 0}}
@@ -47,16 +49,24 @@ def replayed(sd: StudyDir, n_trials: int, nodes: int = 1) -> optuna.Study:
     return Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape(nodes))).run(n_trials=n_trials).study
 
 
-@pytest.fixture
-def local_study(study_dir: Callable[..., StudyDir]) -> StudyDir:
+@pytest.fixture(scope="module")
+def _local_study(tmp_path_factory: pytest.TempPathFactory) -> StudyDir:
+    """One replayed study for the tests that only read it."""
     space = {"batch_size": {"choices": [8, 32, 64]}, "world_size": {"choices": [1, 2, 4]}}
-    sd = study_dir("plan-local", search_space=space, trial=TRIAL, **FIXED)
+    sd = make_study(tmp_path_factory.mktemp("plan") / "plan-local", "plan-local", search_space=space, trial=TRIAL,
+                    **FIXED)
     replayed(sd, 9)
     return sd
 
 
+@pytest.fixture
+def local_study(_local_study: StudyDir, tmp_path: Path) -> StudyDir:
+    """The module's study, copied into the test's own folder: a test may add to it."""
+    return _local_study.copy_to(tmp_path / "plan-local")
+
+
 def test_plan_predicts_more_ranks_on_one_node_with_an_interval(local_study: StudyDir) -> None:
-    out = local_study.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8", "--json")
+    out = local_study.cli("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8", "--json")
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout)
     best = payload["options"][0]
@@ -67,7 +77,7 @@ def test_plan_predicts_more_ranks_on_one_node_with_an_interval(local_study: Stud
     assert abs(speed["value"] / truth - 1) < 0.05
     assert best["reach"] == "1 node(s), 8 rank(s): 2x the ranks measured (measured up to 1 node(s), 4 rank(s))"
     assert not best["inside_measured_scales"]
-    text = local_study.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8")
+    text = local_study.cli("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8")
     assert text.returncode == 0, text.stderr
     assert "plan-local at 1 node(s) x 8 rank(s) per node (8 ranks), best by predicted throughput" in text.stdout
     assert "reach: 1 node(s), 8 rank(s): 2x the ranks measured" in text.stdout
@@ -75,6 +85,7 @@ def test_plan_predicts_more_ranks_on_one_node_with_an_interval(local_study: Stud
 
 
 def test_plan_refuses_nodes_it_never_measured_naming_what_is_needed(local_study: StudyDir) -> None:
+    # `autotune plan` as a process once: its exit status, stdout and stderr as a user's shell sees them
     out = local_study.autotune("plan", "study.yaml", "--nodes", "4", "--ranks-per-node", "4")
     assert out.returncode == 2
     assert out.stdout == ""
@@ -86,7 +97,7 @@ def test_plan_refuses_nodes_it_never_measured_naming_what_is_needed(local_study:
 def test_plan_refuses_a_study_with_one_world_size(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir("plan-one-size", search_space={"batch_size": {"choices": [8, 32]}}, trial=TRIAL, **FIXED)
     replayed(sd, 2)
-    out = sd.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "4")
+    out = sd.cli("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "4")
     assert out.returncode == 2
     assert out.stderr.strip().endswith(
         "the throughput model needs completed trials at 2 or more world sizes (measured: 1)"
@@ -96,7 +107,7 @@ def test_plan_refuses_a_study_with_one_world_size(study_dir: Callable[..., Study
 
 def test_plan_of_a_study_never_run_says_so(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir("plan-empty", search_space={"batch_size": {"choices": [8, 32]}}, trial=TRIAL, **FIXED)
-    out = sd.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "2")
+    out = sd.cli("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "2")
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "no study named 'plan-empty'" in out.stderr and "first" in out.stderr
 
@@ -104,7 +115,7 @@ def test_plan_of_a_study_never_run_says_so(study_dir: Callable[..., StudyDir]) -
 def test_calibration_plan_is_the_cli_plan(local_study: StudyDir) -> None:
     calibration = load_calibration(str(local_study.file))
     plan = calibration.plan(nodes=1, ranks_per_node=8)
-    out = local_study.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8", "--json")
+    out = local_study.cli("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8", "--json")
     best = json.loads(out.stdout)["options"][0]
     assert plan.options[0].plan.batch_size == best["batch_size"]
     assert plan.options[0].plan.throughput.value == pytest.approx(best["throughput_samples_s"]["value"], rel=1e-9)
@@ -123,11 +134,11 @@ def test_a_two_node_study_plans_sixteen_nodes_and_says_what_it_assumed(study_dir
         **FIXED,
     )
     replayed(sd, 9, nodes=2)
-    out = sd.autotune("plan", "study.yaml", "--nodes", "16", "--ranks-per-node", "4")
+    out = sd.cli("plan", "study.yaml", "--nodes", "16", "--ranks-per-node", "4")
     assert out.returncode == 0, out.stderr
     assert "assumes the sync across nodes does not grow past 2 nodes" in out.stdout
     assert "16 node(s), 64 rank(s): 8x the ranks and 8x the nodes measured" in out.stdout
-    payload = json.loads(sd.autotune("plan", "study.yaml", "--nodes", "16", "--ranks-per-node", "4", "--json").stdout)
+    payload = json.loads(sd.cli("plan", "study.yaml", "--nodes", "16", "--ranks-per-node", "4", "--json").stdout)
     best = payload["options"][0]
     truth = 64 * 64 / true_step(16, 64, 64)  # the truth's node sync does not grow either
     assert abs(best["throughput_samples_s"]["value"] / truth - 1) < 0.05
@@ -150,7 +161,7 @@ def test_a_measured_noise_scale_ranks_by_goodput(local_study: StudyDir) -> None:
     assert best.global_batch < 8 * 64  # past the noise scale a larger batch is worth less per sample
     base = plan.options[0].config.base_batch_size  # the workload's
     assert best.efficiency == pytest.approx(efficiency(best.global_batch, noise, base))
-    out = local_study.autotune("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8")
+    out = local_study.cli("plan", "study.yaml", "--nodes", "1", "--ranks-per-node", "8")
     assert "best by predicted goodput" in out.stdout and "gradient noise scale 40 samples" in out.stdout
 
 

@@ -57,7 +57,7 @@ def test_autotune_run_races_the_best_configurations_against_the_baseline(tmp_pat
     sd = make_study(tmp_path / "race", "race", search_space={"batch_size": {"choices": [16, 64]}},
                     sampler={"name": "grid"}, pruner={"name": "none"},
                     confirm={"top_k": 2, "rounds": 6, "block_s": 0.3})
-    out = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=300)
+    out = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
     race = study.user_attrs["autotune_race"]
@@ -72,7 +72,7 @@ def test_autotune_run_races_the_best_configurations_against_the_baseline(tmp_pat
     record = study.user_attrs["autotune_confirmation"]
     assert record["best_config_key"] in race["entrants"]
     assert "confirmed by a race:" in out.stdout and "(confirmed by a race)" in out.stdout
-    best = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
+    best = sd.cli("best", "study.yaml", "--format", "json")
     payload = json.loads(best.stdout)
     assert payload["confirmation"]["method"] == "race" and payload["confirmation"]["rounds"] == len(race["rounds"])
     assert_nothing_left(study, sd)

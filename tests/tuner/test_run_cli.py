@@ -160,8 +160,8 @@ def test_the_optuna_cli_reads_the_stored_study(ran: tuple[StudyDir, subprocess.C
 def test_best_and_status_read_the_study(ran: tuple[StudyDir, subprocess.CompletedProcess[str]]) -> None:
     sd, out = ran
     assert out.returncode == 0, out.stderr
-    as_json = sd.autotune("best", "study.yaml", "--format", "json", timeout=60)
-    as_yaml = sd.autotune("best", "study.yaml", "--format", "yaml", timeout=60)
+    as_json = sd.cli("best", "study.yaml", "--format", "json")
+    as_yaml = sd.cli("best", "study.yaml", "--format", "yaml")
     assert as_json.returncode == 0 and as_yaml.returncode == 0, as_json.stderr + as_yaml.stderr
     payload = json.loads(as_json.stdout)
     assert payload == yaml.safe_load(as_yaml.stdout)
@@ -173,7 +173,7 @@ def test_best_and_status_read_the_study(ran: tuple[StudyDir, subprocess.Complete
     assert set(payload["config"]) == KNOBS
     assert payload["derived"]["global_batch"] == chosen["global_batch"]
 
-    status = sd.autotune("status", "study.yaml", timeout=60)
+    status = sd.cli("status", "study.yaml")
     assert status.returncode == 0, status.stderr
     trials = study.get_trials(deepcopy=False)
     assert f"{len(trials)} trials stored" in status.stdout
@@ -189,7 +189,7 @@ def test_best_and_status_read_the_study(ran: tuple[StudyDir, subprocess.Complete
 @pytest.mark.parametrize("command", [["best", "study.yaml", "--format", "json"], ["status", "study.yaml"]])
 def test_best_and_status_of_a_study_not_run_yet(tmp_path: Path, command: list[str]) -> None:
     sd = make_study(tmp_path / "fresh", "fresh", **SEARCH)
-    out = sd.autotune(*command, timeout=60)
+    out = sd.cli(*command)
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.strip().count("\n") == 0, out.stderr
@@ -207,7 +207,7 @@ def test_running_again_resumes_the_study(
     sd = first.copy_to(tmp_path / "resumed")
     before = finished_snapshot(sd.load())
 
-    more = sd.autotune("run", "study.yaml", "--n-trials", "6", timeout=240)
+    more = sd.cli("run", "study.yaml", "--n-trials", "6")
     assert more.returncode == 0, more.stdout + more.stderr
     assert "resuming study" in more.stdout and "4 of 6 trials done" in more.stdout
     study = sd.load()
@@ -222,7 +222,7 @@ def test_running_again_resumes_the_study(
     assert len(budget_trials(study)) == 6
     assert all(t.state.is_finished() for t in trials)
 
-    again = sd.autotune("run", "study.yaml", "--n-trials", "6", timeout=240)
+    again = sd.cli("run", "study.yaml", "--n-trials", "6")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "6 of 6 trials done" in again.stdout
     study = sd.load()

@@ -183,7 +183,7 @@ def test_projection_clips_drops_and_fixes(tmp_path: Path) -> None:
 
 def test_a_bad_warm_start_value_is_one_line_exit_2(tmp_path: Path) -> None:
     sd = make_study(tmp_path / "bad", "bad", warm_start="maybe")
-    out = sd.autotune("run", "study.yaml")
+    out = sd.cli("run", "study.yaml")
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == "error: study.yaml: warm_start: 'maybe' is not true or false; give true or false"
     assert not sd.db.exists()
@@ -196,7 +196,7 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     sd = make_study(tmp_path / "e2e", "first", search_space={"batch_size": {"choices": [16, 64]}},
                     baseline={"batch_size": 16}, sampler={"name": "grid", "seed": 0}, pruner={"name": "none"},
                     confirm={"top_k": 0})
-    first = sd.autotune("run", "study.yaml", "--n-trials", "3", timeout=240)
+    first = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "warm start" not in first.stdout
     document: dict[str, Any] = yaml.safe_load(sd.file.read_text())
@@ -206,7 +206,7 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     (sd.folder / "second.yaml").write_text(
         yaml.safe_dump({**document, "name": "second", "search_space": space}, sort_keys=False)
     )
-    second = sd.autotune("run", "second.yaml", "--storage", sd.url, "--n-trials", "3", timeout=240)
+    second = sd.cli("run", "second.yaml", "--storage", sd.url, "--n-trials", "3")
     assert second.returncode == 0, second.stdout + second.stderr
     a = sd.load()
     b = optuna.load_study(study_name="second", storage=sd.url)
@@ -219,7 +219,7 @@ def test_a_study_run_twice_on_one_storage_warm_starts_and_says_from_where(tmp_pa
     assert (ran["batch_size"], ran["num_workers"]) == (best.config["batch_size"], 1)
     assert warm[0].user_attrs["outcome"] == "complete"
     assert len(b.get_trials(deepcopy=False)) == 3
-    status = sd.autotune("status", "second.yaml", "--storage", sd.url)
+    status = sd.cli("status", "second.yaml", "--storage", sd.url)
     assert status.returncode == 0, status.stderr
     assert "machine: cpu, " in status.stdout and "model: faulty.py:build" in status.stdout
     assert "from study 'first' (same machine and model)" in status.stdout
