@@ -26,7 +26,7 @@ class KnobDef:
     help: str
     minimum: int | None = None
     values: tuple[Any, ...] | None = None
-    words: tuple[str, ...] = ()  # strings an integer knob also takes (threads_per_rank: auto)
+    words: tuple[str, ...] = ()  # strings an integer knob also takes (threads_per_rank: auto, share, half)
     ddp_only: bool = False  # applies with sharding ddp only (sampled only there; None otherwise)
     bottlenecks: tuple[str, ...] = ()  # which parts of a step it acts on (INPUT, COMPUTE, SYNC)
     ddp_argument: bool = False  # a DistributedDataParallel keyword argument of the same name
@@ -43,8 +43,8 @@ class KnobDef:
         if self.values is not None:
             return "one of " + ", ".join(_show(v) for v in self.values)
         if self.type is int:
-            words = "".join(f" or {w}" for w in self.words)
-            return f"an integer >= {self.minimum}{words}"
+            kinds = [f"an integer >= {self.minimum}", *self.words]
+            return kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " or " + kinds[-1]
         return self.type.__name__
 
     def check_value(self, value: Any) -> Any:
@@ -52,6 +52,8 @@ class KnobDef:
         if self.type is int:
             if isinstance(value, str) and value in self.words:
                 return value
+            if isinstance(value, str) and self.words:
+                raise ValueError(f"{_show(value)} is not a word it takes; give {self.describe_type()}")
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{_show(value)} is not an integer; give {self.describe_type()}")
             if self.minimum is not None and value < self.minimum:
@@ -138,10 +140,11 @@ KNOBS: dict[str, KnobDef] = {
             "threads_per_rank",
             int,
             "auto",
-            "intra-op threads of each rank (torch, OpenMP, MKL); auto: the rank's share of the cores less "
-            "its DataLoader workers",
+            "intra-op threads of each rank (torch, OpenMP, MKL): a number, or a word resolved in each rank "
+            "against its share of the cores (cores // ranks on its machine): share, half (of the share) or auto "
+            "(the share less the rank's DataLoader workers); each at least 1",
             minimum=1,
-            words=("auto",),
+            words=("auto", "share", "half"),  # resolved in trial_runner/_apply.py (THREAD_WORDS)
             core=True,
             bottlenecks=(COMPUTE, INPUT),  # intra-op threads share the cores with the DataLoader workers
             short="threads={}",

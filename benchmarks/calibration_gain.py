@@ -72,9 +72,11 @@ GENERAL_SPACE: dict[str, Any] = {
     "world_size": {"choices": [1, 2]},
 }
 #: The compute knobs, searched beside the ten in every workload's space (``--knobs ten`` leaves them out): threads
-#: per rank 1-2 (the cores of this machine), torch.compile off or default, DDP or FSDP sharding.
+#: per rank as words resolved against each rank's share of the cores (auto: less its workers; share; half of it:
+#: 1 or 2 threads on this 2-core machine, never 2 threads x 2 ranks as the numbers 1-2 ran), torch.compile off
+#: or default, DDP or FSDP sharding.
 NEW_KNOBS: dict[str, Any] = {
-    "threads_per_rank": {"low": 1, "high": 2},
+    "threads_per_rank": {"choices": ["auto", "share", "half"]},
     "compile": {"choices": ["off", "default"]},
     "sharding": {"choices": ["ddp", "fsdp"]},
 }

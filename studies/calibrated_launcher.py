@@ -42,7 +42,8 @@ def train(steps: int) -> None:
 
     calibration = autotune.Calibration.from_json(os.environ["AUTOTUNE_CALIBRATION"])
     dist.init_process_group("gloo")
-    torch.set_num_threads(calibration.torch_threads())
+    # the chosen count, a threads_per_rank word resolved against this machine's cores shared by its ranks
+    torch.set_num_threads(calibration.torch_threads(int(os.environ["LOCAL_WORLD_SIZE"])))
     spec = autotune.load_spec(STUDY)
     workload = study_workload(spec)  # the same MLP the study calibrated
     dataset = workload.dataset()

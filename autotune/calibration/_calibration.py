@@ -185,14 +185,25 @@ class Calibration:
         apply_checkpointing(model, tuple(module_types))  # as the trials applied it
         return model
 
-    def torch_threads(self) -> int:
-        """Intra-op threads per rank, as the trials used them: the ``threads_per_rank`` number, or for
-        ``auto`` the rank's share of this machine's cores less its DataLoader workers."""
-        from autotune.trial_runner import compute_threads
+    def torch_threads(self, local_world_size: int | None = None) -> int:
+        """Intra-op threads per rank, as the trials resolved them: the ``threads_per_rank`` number, or its word
+        (:meth:`threads_rule`) against this machine's cores shared by ``local_world_size`` ranks (the ranks
+        your launcher starts on each machine; default :attr:`world_size`, all on one machine). Call it where
+        the ranks run: the share is this process's cores."""
+        from autotune.trial_runner import resolve_threads
 
-        if isinstance(self.config.threads_per_rank, int):
-            return self.config.threads_per_rank
-        return compute_threads(self.config.world_size, self.config.num_workers)
+        local = self.config.world_size if local_world_size is None else local_world_size
+        return resolve_threads(self.config.threads_per_rank, local, self.config.num_workers)
+
+    def threads_rule(self) -> str:
+        """The chosen ``threads_per_rank`` in words: ``"2 threads per rank"`` for a number, else its word and
+        rule (``"half: half the rank's share of the cores, at least 1 (the share: cores // ranks on the machine)"``)."""
+        from autotune.trial_runner import THREAD_WORDS
+
+        setting = self.config.threads_per_rank
+        if isinstance(setting, int):
+            return f"{setting} thread{'s' if setting != 1 else ''} per rank"
+        return f"{setting}: {THREAD_WORDS[setting]}, at least 1 (the share: cores // ranks on the machine)"
 
     def torchrun_args(self) -> list[str]:
         """Arguments for torchrun on one machine: ``["--nproc-per-node=W"]``."""

@@ -161,7 +161,7 @@ class TrialConfig(_KnobFields):
         for name, knob in KNOBS.items():  # a number or a word: the word is the field's type, the bound is here
             value = getattr(self, name)
             if knob.words and isinstance(value, int) and knob.minimum is not None and value < knob.minimum:
-                raise ValueError(f"{name} must be at least {knob.minimum}, or {' or '.join(knob.words)}")
+                raise ValueError(f"{name} must be at least {knob.minimum}, or one of {', '.join(knob.words)}")
         return self
 
     def knobs(self) -> dict[str, object]:

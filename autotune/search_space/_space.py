@@ -281,19 +281,29 @@ class SearchSpace:
 
 
 def _thread_count_notes(knobs: Mapping[str, KnobSpec]) -> list[str]:
-    """A CPU study that searches threads_per_rank as numbers only, beside a searched world_size or
+    """A CPU study that searches threads_per_rank with a number above 1 beside a searched world_size or
     num_workers: a number is the same at every rank and worker count, so the search meets configurations
-    with more busy threads than cores, and learns from them that more ranks or workers are slow (in
-    benchmarks/calibration_gain.py every grid's best ran ``auto``, and studies that searched 1-2 lost)."""
+    with more busy threads than cores (2 threads x 2 ranks on 2 cores), and learns from them that more ranks
+    or workers are slow (in benchmarks/calibration_gain.py every grid's best ran ``auto``, and studies that
+    searched 1-2 lost). The words are resolved against the rank's share of the cores and never do."""
     threads = knobs["threads_per_rank"]
-    if single_value(threads) or admits(threads, "auto"):
+    if single_value(threads) or not any(isinstance(v, int) and v > 1 for v in _values(threads)):
         return []
     beside = [n for n in ("world_size", "num_workers") if not single_value(knobs[n])]
     if not beside:
         return []
-    return [f"threads_per_rank: searched as numbers beside a searched {' and '.join(beside)}; a number is the "
+    return [f"threads_per_rank: searched with numbers beside a searched {' and '.join(beside)}; a number is the "
             "same at every rank and worker count, so some configurations run more busy threads than cores; "
-            "add auto to its choices ({choices: [auto, 1, 2]})"]
+            "search the words resolved against each rank's share of the cores instead "
+            "({choices: [auto, share, half]})"]
+
+
+def _values(spec: KnobSpec) -> tuple[Any, ...]:
+    if isinstance(spec, IntRange):
+        return (spec.low, spec.high)
+    if isinstance(spec, Choices):
+        return tuple(spec.choices)
+    return ()
 
 
 def _drop_value(name: str, spec: KnobSpec, bad: Any, notes: list[str]) -> KnobSpec:

@@ -4,7 +4,13 @@
 """
 
 from autotune.trial_result import Outcome, TrialResult, Window
-from autotune.trial_runner._apply import apply_checkpointing, compute_threads, shard_model
+from autotune.trial_runner._apply import (
+    THREAD_WORDS,
+    apply_checkpointing,
+    compute_threads,
+    resolve_threads,
+    shard_model,
+)
 from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._judge import WindowCallback, WindowJudge
@@ -18,6 +24,7 @@ from autotune.trial_runner._trace import TRACE_ENV, trace_event, traced
 from autotune.trial_runner._warm import WarmLauncher
 
 __all__ = [
+    "THREAD_WORDS",
     "TRACE_ENV",
     "Launcher",
     "LocalLauncher",
@@ -41,6 +48,7 @@ __all__ = [
     "make_launcher",
     "noise_source",
     "plan_for",
+    "resolve_threads",
     "run_trial",
     "shard_model",
     "trace_event",

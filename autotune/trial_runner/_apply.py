@@ -59,12 +59,33 @@ def apply_checkpointing(model: torch.nn.Module, types: tuple[type, ...]) -> int:
     return sum(isinstance(m, ckpt.CheckpointWrapper) for m in model.modules())
 
 
+THREAD_WORDS: dict[str, str] = {
+    "auto": "the rank's share of the cores less its DataLoader workers",
+    "share": "the rank's share of the cores",
+    "half": "half the rank's share of the cores",
+}
+"""What each word of ``threads_per_rank`` resolves to in a rank (:func:`resolve_threads`); the share is the
+cores this process may run on divided by the ranks on its machine, so no word runs more intra-op threads
+than cores across the machine's ranks. Every count is at least 1."""
+
+
 def compute_threads(local_world_size: int, num_workers: int) -> int:
     """Intra-op threads per rank on CPU: this rank's share of the cores, less its DataLoader workers
     (each worker runs one thread), so that compute and data loading do not fight over the same cores.
     This is ``threads_per_rank: auto``."""
-    cores = len(os.sched_getaffinity(0))
-    return max(1, cores // local_world_size - num_workers)
+    return resolve_threads("auto", local_world_size, num_workers)
+
+
+def resolve_threads(setting: int | str, local_world_size: int, num_workers: int) -> int:
+    """The intra-op thread count ``threads_per_rank`` gives a rank with ``local_world_size`` ranks on its machine
+    and ``num_workers`` DataLoader workers: a number as it is, a word of :data:`THREAD_WORDS` against the share."""
+    if isinstance(setting, int):
+        return setting
+    share = len(os.sched_getaffinity(0)) // max(1, local_world_size)
+    counts = {"auto": share - num_workers, "share": share, "half": share // 2}
+    if setting not in counts:
+        raise ValueError(f"threads_per_rank: unknown word {setting!r}; give a number or one of {', '.join(counts)}")
+    return max(1, counts[setting])
 
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -72,14 +93,10 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 def apply_threads(setting: int | str, local_world_size: int, num_workers: int, device_type: str) -> int:
     """Set this rank's intra-op threads from ``threads_per_rank``: torch's pool and the OpenMP/MKL variables
-    (which the rank's children and compiled kernels read). ``auto`` on CPU is :func:`compute_threads`;
+    (which the rank's children and compiled kernels read). A number or a word (:func:`resolve_threads`);
     ``auto`` on CUDA leaves torch's default. Returns the thread count in force."""
-    if isinstance(setting, int):
-        threads: int | None = setting
-    elif device_type == "cpu":
-        threads = compute_threads(local_world_size, num_workers)
-    else:
-        threads = None
+    threads = None if setting == "auto" and device_type != "cpu" else resolve_threads(
+        setting, local_world_size, num_workers)
     if threads is not None:
         torch.set_num_threads(threads)
         for name in THREAD_ENV:

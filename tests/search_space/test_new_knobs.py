@@ -35,7 +35,10 @@ def space_of(**sections: Any) -> SearchSpace:
     ("sections", "message"),
     [
         ({"search_space": {"threads_per_rank": 0}}, "search_space.threads_per_rank: 0 is below the minimum 1; "
-                                                    "give an integer >= 1 or auto"),
+                                                    "give an integer >= 1, auto, share or half"),
+        ({"search_space": {"threads_per_rank": {"choices": ["auto", "quarter"]}}},
+         "search_space.threads_per_rank: choices[1]: 'quarter' is not a word it takes; give an integer >= 1, auto, "
+         "share or half"),
         ({"search_space": {"threads_per_rank": {"low": "auto", "high": 4}}}, "a range takes integers"),
         ({"search_space": {"compile": "fast"}}, "search_space.compile: 'fast' is not a valid value; give one of "
                                                 "'off', 'default', 'reduce-overhead', 'max-autotune-no-cudagraphs'"),
@@ -80,7 +83,8 @@ def test_good_values_parse_and_fit_the_json_schema() -> None:
     document = {
         **BASE,
         "search_space": {
-            "threads_per_rank": {"choices": ["auto", 1, 2]}, "compile": {"choices": ["off", "default"]},
+            "threads_per_rank": {"choices": ["auto", "share", "half", 1, 2]},
+            "compile": {"choices": ["off", "default"]},
             "sharding": {"choices": ["ddp", "fsdp", "fsdp_no_reshard"]}, "gradient_as_bucket_view": True,
             "static_graph": {"choices": [False, True]},
         },
@@ -88,7 +92,7 @@ def test_good_values_parse_and_fit_the_json_schema() -> None:
     }
     jsonschema.validate(document, StudySpec.model_json_schema())
     s = parse_spec(document)
-    assert s.search_space.values_of("threads_per_rank") == ("auto", 1, 2)
+    assert s.search_space.values_of("threads_per_rank") == ("auto", "share", "half", 1, 2)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**BASE, "env": {"X": 1}}, StudySpec.model_json_schema())
     with pytest.raises(jsonschema.ValidationError):
@@ -283,7 +287,10 @@ def test_gp_search_over_sharding_with_pruned_fsdp_trials_lacking_ddp_knobs() -> 
         ({"threads_per_rank": {"choices": [1, 2]}, "num_workers": {"low": 0, "high": 2}}, "cpu", "num_workers"),
         ({"threads_per_rank": {"low": 1, "high": 2}, "world_size": {"choices": [1, 2]},
           "num_workers": {"low": 0, "high": 2}}, "cpu", "world_size and num_workers"),
-        ({"threads_per_rank": {"choices": ["auto", 1, 2]}, "world_size": {"choices": [1, 2]}}, "cpu", None),
+        ({"threads_per_rank": {"choices": ["auto", 1, 2]}, "world_size": {"choices": [1, 2]}}, "cpu", "world_size"),
+        ({"threads_per_rank": {"choices": ["auto", "share", "half"]}, "world_size": {"choices": [1, 2]},
+          "num_workers": {"low": 0, "high": 2}}, "cpu", None),  # the words: resolved against each rank's share
+        ({"threads_per_rank": {"choices": ["auto", 1]}, "world_size": {"choices": [1, 2]}}, "cpu", None),  # 1 fits
         ({"threads_per_rank": {"low": 1, "high": 2}}, "cpu", None),  # ranks and workers fixed: a count is fine
         ({"threads_per_rank": 2, "world_size": {"choices": [1, 2]}}, "cpu", None),  # fixed: the user's choice
         ({"threads_per_rank": {"low": 1, "high": 2}, "world_size": {"choices": [1, 2]}}, "cuda", None),
@@ -300,9 +307,10 @@ def test_searching_thread_counts_beside_ranks_or_workers_is_noted(
     if noted is None:
         assert notes == []
     else:
-        assert notes == [f"threads_per_rank: searched as numbers beside a searched {noted}; a number is the same "
+        assert notes == [f"threads_per_rank: searched with numbers beside a searched {noted}; a number is the same "
                          "at every rank and worker count, so some configurations run more busy threads than "
-                         "cores; add auto to its choices ({choices: [auto, 1, 2]})"]
+                         "cores; search the words resolved against each rank's share of the cores instead "
+                         "({choices: [auto, share, half]})"]
 
 
 def test_validate_prints_the_thread_count_note(tmp_path: Path) -> None:
@@ -313,4 +321,4 @@ def test_validate_prints_the_thread_count_note(tmp_path: Path) -> None:
                                                               "world_size": {"choices": [1, 2]}}}))
     out = autotune("validate", str(study), cwd=tmp_path)
     assert out.exit_code == 0, out.output
-    assert "threads_per_rank: searched as numbers beside a searched world_size" in " ".join(out.stdout.split())
+    assert "threads_per_rank: searched with numbers beside a searched world_size" in " ".join(out.stdout.split())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from autotune.trial_runner import (
     TrialResult,
     WarmLauncher,
     compute_threads,
+    resolve_threads,
     run_trial,
 )
 
@@ -73,6 +75,29 @@ def test_auto_threads_resolve_to_the_heuristic_and_are_recorded(run_knobs: Any) 
     assert applied["threads_per_rank"]["setting"] == "auto"
     # the trial ran pinned to the cores it leased: all of this process's here (nothing else of ours runs)
     assert result.threads_per_rank == applied["ranks"][0]["torch_threads"] == compute_threads(1, 1)
+
+
+def test_a_word_resolves_in_every_rank_against_its_share_and_is_recorded(run_knobs: Any) -> None:
+    # two ranks beside a DataLoader worker: share is cores // 2 (not less the worker, as auto would be)
+    result, applied = run_knobs({"threads_per_rank": "share", "num_workers": 1}, world_size=2)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    share = resolve_threads("share", 2, 1)
+    assert share == max(1, len(os.sched_getaffinity(0)) // 2)
+    assert applied["threads_per_rank"] == {"setting": "share", "resolved": share}
+    assert result.threads_per_rank == share
+    for rank in applied["ranks"]:
+        assert rank["torch_threads"] == rank["blas_threads"] == share
+        assert rank["thread_env"] == {"OMP_NUM_THREADS": str(share), "MKL_NUM_THREADS": str(share)}
+
+
+@pytest.mark.parametrize(("word", "divisor"), [("half", 2), ("share", 1)])
+def test_a_word_at_one_rank_beside_a_worker(run_knobs: Any, word: str, divisor: int) -> None:
+    # share keeps all the cores beside the worker (auto would leave it one); half takes half of them
+    result, applied = run_knobs({"threads_per_rank": word, "num_workers": 1}, world_size=1)
+    assert result.outcome is Outcome.COMPLETE, result.reason
+    count = max(1, len(os.sched_getaffinity(0)) // divisor)
+    assert applied["threads_per_rank"] == {"setting": word, "resolved": count}
+    assert result.threads_per_rank == applied["ranks"][0]["torch_threads"] == count
 
 
 @pytest.mark.slow

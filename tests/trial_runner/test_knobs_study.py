@@ -26,7 +26,7 @@ def test_searched_threads_and_env_come_back_through_calibrate_and_best(tmp_path:
 name: knobs
 workload: {entrypoint: knobs_workload.py:build}
 search_space:
-  threads_per_rank: {choices: [1, 3]}
+  threads_per_rank: {choices: [share, 3]}
 env:
   KNOB_FLAG: {choices: [a, b]}
   FIXED_FLAG: "on"
@@ -41,7 +41,7 @@ confirm: {top_k: 0}
     trials = {t.number: t for t in chosen.study.get_trials()}
     searched = [t for t in trials.values() if t.user_attrs.get("role") == "search"]
     assert searched and all("env.KNOB_FLAG" in t.params and "threads_per_rank" in t.params for t in searched)
-    for t in trials.values():  # every trial records the threads it ran with; auto (the baseline) resolved
+    for t in trials.values():  # every trial records the threads it ran with; a word (auto: the baseline) resolved
         assert isinstance(t.user_attrs["threads_per_rank"], int)
         assert t.user_attrs["config"]["env"]["FIXED_FLAG"] == "on"
     shown = autotune_cli("best", str(study), "--format", "json")  # in this process: the CLI, not its start
@@ -54,6 +54,8 @@ confirm: {top_k: 0}
         assert best["threads_per_rank_resolved"] == chosen.config.threads_per_rank
         assert chosen.env()["OMP_NUM_THREADS"] == str(chosen.config.threads_per_rank)
         assert trials[best["trial"]].params["env.KNOB_FLAG"] == chosen.config.env["KNOB_FLAG"]
+    else:  # a word: resolved again where the ranks run, as the trial did (one rank on this machine)
+        assert best["threads_per_rank_resolved"] == chosen.torch_threads()
 
 
 @pytest.mark.slow
