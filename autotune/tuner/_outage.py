@@ -97,6 +97,18 @@ def classify(error: BaseException) -> str | None:
     return None
 
 
+# What only a running PostgreSQL server says (a connection it accepted, then closed as it shut down or started):
+# a storage that answered this way exists at that URL, so a process that never reached it before still waits.
+_SERVER_WORDS = ("administrator command", "database system is shutting down", "database system is starting up",
+                 "database system is in recovery mode", "server closed the connection unexpectedly")
+
+
+def answered(error: BaseException) -> bool:
+    """Whether ``error`` came from a PostgreSQL server that was reached (it is restarting), not from a URL that
+    leads nowhere (refused, unknown host, wrong password)."""
+    return any(w in str(cause).lower() for cause in _causes(error) for w in _SERVER_WORDS)
+
+
 def _folder_of(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -174,6 +186,8 @@ class Patience:
                     f"no space left for the study's storage {self.where}: {_reason(e)}; free space in "
                     f"{_folder_of(self.url)} and rerun: finished trials are kept"
                 ) from None
+            if kind == "down" and answered(e):  # the server itself said it is stopping: the URL is right
+                _REACHED.add(self.url)
             if kind is None or (kind == "down" and not self.sqlite and not self.reached):
                 raise
             self._went_down(e)

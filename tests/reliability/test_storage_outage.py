@@ -200,3 +200,24 @@ def test_a_storage_never_reached_is_not_waited_for() -> None:
         guard(lambda: make_storage(url).get_all_studies())
     assert time.monotonic() - started < 20 and not lines, lines
     assert not isinstance(error.value, StorageUnreachable)
+
+
+def test_a_server_restarting_at_the_first_call_is_waited_for() -> None:
+    # A worker whose first connection is closed by a PostgreSQL server shutting down has reached a real server:
+    # the URL is right, so it waits for the restart instead of failing as a typo would.
+    from sqlalchemy import exc
+
+    lines: list[str] = []
+    url = f"postgresql+psycopg://autotune@127.0.0.1:{free_port()}/restarting"
+    guard = Patience(url, limit_s=60, say=lines.append, sleep=lambda s: None)
+    answers = iter([exc.OperationalError("SELECT 1", {}, Exception(
+        "terminating connection due to administrator command")), None])
+
+    def call() -> str:
+        error = next(answers)
+        if error is not None:
+            raise error
+        return "answered"
+
+    assert guard(call) == "answered"
+    assert len(lines) == 2 and "unreachable" in lines[0] and "reachable again" in lines[1], lines
