@@ -55,7 +55,8 @@ class NoiseMeter:
         self.batch_big = config.global_batch
         # grad_accum: each micro-batch's gradient reaches its hook divided by grad_accum (the loss is), so the
         # micro-batches' mean |g|^2 is grad_accum x the sum of what the hooks read.
-        self._small_factor = float(config.grad_accum) if source == "grad_accum" else 1.0
+        small_factor = float(config.grad_accum) if source == "grad_accum" else 1.0
+        self._factors = torch.tensor([small_factor, 1.0], dtype=torch.float64, device=device)
         self._step = torch.zeros(2, dtype=torch.float64, device=device)
         self._window = torch.zeros(3, dtype=torch.float64, device=device)  # sums: small, big, steps
 
@@ -84,7 +85,7 @@ class NoiseMeter:
             for p in parameters:
                 if p.grad is not None:
                     self.add_big(p.grad)
-        values = self._step * torch.tensor([self._small_factor, 1.0], dtype=torch.float64, device=self._step.device)
+        values = self._step * self._factors  # made once: no tensor built (nor a host-to-device copy) every step
         if scale is not None:
             values = values / (scale * scale)
         ok = torch.isfinite(values).all()
