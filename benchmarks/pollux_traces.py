@@ -25,7 +25,7 @@ Three questions, each against the traces' own measurements:
     time; a per-GPU batch beyond the largest measured accumulates, as Pollux does). Target: within 10% of the
     fastest's time. Beside it, the choice from the noise scale read at 10% of the steps (no projection).
 
-    python benchmarks/pollux_traces.py                      # 24 minutes on 2 busy cores (load 16)
+    python benchmarks/pollux_traces.py                      # 2.3 minutes at load 4-6; 24 at load 16
     python benchmarks/pollux_traces.py --parts a c          # no replayed study: seconds (pollux_traces_ac.json)
     python benchmarks/pollux_traces.py --quick              # 2 jobs, 20 bootstrap refits: 4 minutes
 """
