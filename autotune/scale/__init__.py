@@ -1,14 +1,16 @@
 """Scale: the throughput of a workload over nodes, ranks and per-rank batch (:class:`ScaleModel`, fitted from
 measured step times), the gradient noise scale from two batch sizes' squared gradient norms
-(:func:`estimate_noise_scale`), the statistical efficiency of a global batch from it, and the best per-rank
-batches at a scale never measured (:func:`plan_scale`). Pure numbers (numpy and scipy): no
-torch, no Optuna, no other room of autotune.
+(:func:`estimate_noise_scale`), the statistical efficiency of a global batch from it, the noise scale a run
+will reach projected from its early readings (:func:`project_noise_scale`), and the best per-rank batches at
+a scale never measured (:func:`plan_scale`). Pure numbers (numpy and scipy): no torch, no Optuna, no other
+room of autotune.
 """
 
 from autotune.scale._model import Interval, ScaleError, ScaleModel, ScaleParams, StepReading, check_enough
 from autotune.scale._noise import INTERVAL as NOISE_INTERVAL
 from autotune.scale._noise import NoiseEstimate, NoiseWindow, estimate_noise_scale, signal_and_noise
 from autotune.scale._plan import BatchPlan, Reach, efficiency, noise_scale, plan_scale, reach
+from autotune.scale._trend import project_noise_scale
 
 __all__ = [
     "NOISE_INTERVAL",
@@ -26,6 +28,7 @@ __all__ = [
     "estimate_noise_scale",
     "noise_scale",
     "plan_scale",
+    "project_noise_scale",
     "reach",
     "signal_and_noise",
 ]
