@@ -17,7 +17,8 @@ computation up. An earlier bucket's all-reduce that finished while the backward 
 nothing there, as it costs the step nothing. This needs two clock readings per bucket (a handful per step)
 and no extra step: the alternative, timing a step under ``no_sync()`` and subtracting it, would run a
 different step and read two noisy times for one difference. Not separated: DDP's copy of a gradient into
-its bucket (``gradient_as_bucket_view`` off), inside the C++ autograd hook, stays in ``forward_backward_s``.
+its bucket, inside the C++ autograd hook, stays in ``forward_backward_s`` (with ``gradient_as_bucket_view``
+off, and on too: the loop's ``zero_grad(set_to_none=True)`` leaves fresh gradients that DDP copies in).
 FSDP's collectives run inside its own hooks: under FSDP ``sync_exposed_s`` is not separated (None) and is
 part of ``forward_backward_s``. One rank without DDP has no synchronisation: 0.
 """

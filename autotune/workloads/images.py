@@ -1,20 +1,23 @@
 """A small CNN classifying image files: JPEG (or PNG) files read, decoded and augmented in ``__getitem__``.
 
 The files are written once to a cache folder (:func:`write_images`; by default under the user's cache,
-``$XDG_CACHE_HOME/autotune/workloads/images-<hash of the arguments>``; 1,000 JPEGs of 256 pixels take
-about 20 MB), each a ``file_size`` square RGB image of its class pattern (the coloured gratings of
+``$XDG_CACHE_HOME/autotune/workloads/images-<hash of the arguments>``; 1,000 JPEGs of 384 pixels take
+about 50 MB), each a ``file_size`` square RGB image of its class pattern (the coloured gratings of
 :mod:`autotune.workloads.convnet`) at a random contrast, with pixel noise. An item opens its file, decodes
 it with Pillow and augments it as image classification training does: a random resized crop to
-``crop_size`` (35-100% of the area, aspect 3/4-4/3), a horizontal flip and brightness/contrast jitter,
-then normalisation. The randomness of an item comes from ``(seed, index)``.
+``crop_size`` (35-100% of the area, aspect 3/4-4/3), a horizontal flip and brightness/contrast jitter
+(Pillow's ``ImageEnhance``, as torchvision's ``ColorJitter`` on an image). An item is the crop's uint8
+pixels: the loss (:func:`image_loss`) converts the batch to float and normalises it in the rank, on the
+model's device, as GPU pipelines do, so DataLoader workers hand over a quarter of float32's bytes. The
+randomness of an item comes from ``(seed, index)``.
 
 The decoding and augmentation cost CPU time per sample and the model is small, so with ``num_workers: 0``
 most of a step waits for data, as on many GPU nodes, and DataLoader workers pay off. The defaults are
-balanced for a 2-core CPU machine: loading a sample (decoding a 256-pixel JPEG, cropping, resizing to 80
-pixels, augmenting) costs about as much as training on it with one thread (benchmarks/input_bound.py
-measures both), so the default configuration, loading and training in turn, waits for data most of a step
-once its two threads train, and two workers on the two cores can roughly halve the step. A larger
-``file_size`` or a smaller ``crop_size`` makes it more input-bound.
+set for a 2-core CPU machine: loading a sample (decoding a 384-pixel JPEG, cropping, resizing to 64
+pixels, augmenting) costs about four times training on it with one thread (benchmarks/input_bound.py
+measures both: loading ~80% of a sample's time), so the default configuration, loading and training in
+turn, waits for data most of a step, and two workers decoding on the two cores can nearly halve the step. A
+larger ``file_size`` or a smaller ``crop_size`` makes it more input-bound.
 
 Entry point: ``autotune.workloads.images:build``.
 """
@@ -36,10 +39,10 @@ from torch.utils.data import Dataset
 
 from autotune.errors import WorkloadError
 from autotune.workload import Workload
-from autotune.workloads._common import cache_folder, check_sizes, seeded_model, write_once
+from autotune.workloads._common import batch_on, cache_folder, check_sizes, seeded_model, write_once
 from autotune.workloads.convnet import PatternImages, cross_entropy_loss
 
-__all__ = ["ImageFiles", "SmallCNN", "Stage", "build", "write_images"]
+__all__ = ["ImageFiles", "SmallCNN", "Stage", "build", "image_loss", "write_images"]
 
 _SUFFIX = {"jpeg": ".jpg", "png": ".png"}
 _LABELS = "labels.json"
@@ -94,7 +97,9 @@ class ImageFiles(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        from PIL import Image
+        """The image as uint8 (3, crop_size, crop_size) and its class: the loss converts and normalises it in
+        the rank, after the batch arrives, so workers hand over a quarter of float32's bytes."""
+        from PIL import Image, ImageEnhance
 
         if not 0 <= index < len(self.paths):
             raise IndexError(f"index {index} out of range for {len(self.paths)} images")
@@ -106,12 +111,18 @@ class ImageFiles(Dataset[tuple[torch.Tensor, torch.Tensor]]):
             image = image.resize((size, size), Image.Resampling.BILINEAR, box=_random_box(image.size, rng))
             if rng.random() < 0.5:
                 image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-            pixels = np.asarray(image, dtype=np.float32) / 255.0
-            pixels = (pixels - pixels.mean()) * rng.uniform(0.7, 1.3) + pixels.mean() + rng.uniform(-0.1, 0.1)
+            image = ImageEnhance.Brightness(image).enhance(rng.uniform(0.8, 1.2))
+            image = ImageEnhance.Contrast(image).enhance(rng.uniform(0.7, 1.3))
         else:
-            pixels = np.asarray(image.resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32) / 255.0
-        tensor = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
-        return (tensor - _MEAN) / _STD, torch.tensor(self.labels[index])
+            image = image.resize((size, size), Image.Resampling.BILINEAR)
+        pixels = torch.from_numpy(np.asarray(image).copy())
+        return pixels.permute(2, 0, 1).contiguous(), torch.tensor(self.labels[index])
+
+
+def image_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Cross-entropy of a batch of uint8 images, converted to float and normalised here, on the model's device."""
+    images, labels = batch_on(model, batch)
+    return cross_entropy_loss(model, ((images.float() / 255.0 - _MEAN) / _STD, labels))
 
 
 def _random_box(size: tuple[int, int], rng: np.random.Generator) -> tuple[float, float, float, float]:
@@ -176,8 +187,8 @@ def _dataset(key: dict[str, Any], cache_dir: str | None, crop_size: int, split: 
 def build(
     width: int = 16,
     depth: int = 3,
-    crop_size: int = 80,
-    file_size: int = 256,
+    crop_size: int = 64,
+    file_size: int = 384,
     samples: int = 1_000,
     num_classes: int = 10,
     image_format: Literal["jpeg", "png"] = "jpeg",
@@ -220,7 +231,7 @@ def build(
     return Workload(
         model=functools.partial(seeded_model, seed, SmallCNN, width, depth, num_classes),
         dataset=functools.partial(data, "train"),
-        loss=cross_entropy_loss,
+        loss=image_loss,
         base_lr=2e-3,
         base_batch_size=32,
         checkpoint_modules=(Stage,),

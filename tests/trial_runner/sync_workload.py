@@ -1,20 +1,28 @@
-"""A workload whose step is gradient synchronisation and little else, and which measures that synchronisation's
-cost itself, in the same ranks and process group, every step.
+"""A workload whose step is gradient synchronisation and little else, and which measures what that
+synchronisation costs its steps itself, in the same ranks, seconds apart.
 
-``build(params, param_mb, reference)``: ``params`` parameters of ``param_mb`` MB of fp32 each (32 MB of
-gradients a step by default), each used through one element: the backward's computation is writing the
-gradients (a few ms), and the all-reduce of the rest is what the step waits for. With ``reference`` (a file),
-each step's ``loss`` first all-reduces plain tensors of DDP's own bucket layout (the sizes DDP's logging data
-reports, after its rebuild on the first steps), launched one after the other and awaited as DDP's reducer does,
-each divided by the world size first as DDP's default hook does, and each rank appends ``{"step", "s",
-"buckets"}`` to ``<reference>.rank<N>``: the known sync cost of that step, paired with the step that follows it
-in the same window. That reference runs inside ``forward_backward_s`` (the step's computation), never inside
-``sync_exposed_s``.
+``build(params, param_mb, reference, warmup, block)``: ``params`` parameters of ``param_mb`` MB of fp32 each
+(32 MB of gradients a step by default), each used through one element: the backward's computation is writing
+the gradients (a few ms), and the all-reduce of the rest is what the step waits for. The optimizer zeroes the
+gradients in place (it ignores ``set_to_none``), so they stay DDP's bucket views (``gradient_as_bucket_view``)
+and DDP copies nothing into its buckets: a synchronising step does the same computation as one without, plus
+the communication.
+
+With ``reference`` (a file), the steps after the first ``warmup`` alternate in blocks of ``block`` steps
+(a trial's reporting window) between DDP's synchronising steps and steps under ``no_sync()`` (the same
+forward, backward and optimizer step, no all-reduce), and each rank appends ``{"step", "s", "sync",
+"buckets"}`` to ``<reference>.rank<N>`` for every step: its wall-clock period (from its ``loss`` call to the
+next step's, so the data, the backward, the optimizer step and the loop's own work) and whether it
+synchronised. The known sync cost of a synchronising window is its steps' mean period less that of the
+neighbouring windows without synchronisation: what the communication adds to a step, hidden parts excluded —
+what exposed communication means.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -46,48 +54,58 @@ class Ones(Dataset[torch.Tensor]):
         return torch.ones(1)
 
 
+class InPlaceSGD(torch.optim.SGD):
+    """SGD whose ``zero_grad`` zeroes the gradients in place: they stay DDP's bucket views across steps."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none=False)
+
+
 class Reference:
-    """Times a plain all-reduce of DDP's bucket layout before each step (rank 0 writes it to ``path``)."""
+    """Alternates synchronising blocks of steps with ``no_sync()`` ones and writes each step's period."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, warmup: int, block: int) -> None:
         self.path = Path(path) if path else None
+        self.warmup, self.block = warmup, block
         self.step = 0
-        self.buffers: list[torch.Tensor] = []
+        self.last: tuple[float, bool] | None = None  # the previous step's start and whether it synchronised
+        self.buckets = 0
 
-    def __call__(self, model: nn.Module) -> None:
+    def syncs(self, step: int) -> bool:
+        return step <= self.warmup or (step - self.warmup - 1) // self.block % 2 == 0
+
+    def __call__(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
         self.step += 1
-        # the first steps: DDP's initial single bucket, rebuilt by the order of the gradients after them
-        if self.path is None or not dist.is_initialized() or self.step <= 3 or not hasattr(model, "reducer"):
-            return
-        data = model._get_ddp_logging_data()  # type: ignore[operator]
-        sizes = [int(b) // 4 for b in str(data.get("rebuilt_bucket_sizes") or data["bucket_sizes"]).split(",")]
-        if [b.numel() for b in self.buffers] != sizes:
-            self.buffers = [torch.ones(n) for n in sizes]
-        world = dist.get_world_size()
-        start = time.perf_counter()
-        works = [dist.all_reduce(b.div_(world), async_op=True) for b in self.buffers]
-        for work in works:
-            assert work is not None
-            work.wait()
-        took = time.perf_counter() - start
-        # every rank writes its own file: the same work on each, so no rank arrives later at the next collective
-        with rank_file(self.path, dist.get_rank()).open("a") as f:
-            f.write(json.dumps({"step": self.step, "s": took, "buckets": len(sizes)}) + "\n")
+        if self.path is None or not dist.is_initialized() or not hasattr(model, "no_sync"):
+            return contextlib.nullcontext()
+        now = time.perf_counter()
+        if self.last is not None:
+            if not self.buckets and self.step > 3:  # DDP's layout after its rebuild on the first steps
+                data = model._get_ddp_logging_data()  # type: ignore[operator]
+                self.buckets = len(str(data.get("rebuilt_bucket_sizes") or data["bucket_sizes"]).split(","))
+            record = {"step": self.step - 1, "s": now - self.last[0], "sync": self.last[1], "buckets": self.buckets}
+            # every rank writes its own file: the same work on each, so no rank arrives later at a collective
+            with rank_file(self.path, dist.get_rank()).open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        sync = self.syncs(self.step)
+        self.last = (now, sync)
+        return contextlib.nullcontext() if sync else model.no_sync()  # type: ignore[operator]
 
 
 def rank_file(reference: Path, rank: int) -> Path:
     return reference.with_name(f"{reference.name}.rank{rank}")
 
 
-def build(params: int = 8, param_mb: float = 4.0, reference: str = "") -> autotune.Workload:
-    timed = Reference(reference)
+def build(params: int = 8, param_mb: float = 4.0, reference: str = "", warmup: int = 8,
+          block: int = 4) -> autotune.Workload:
+    timed = Reference(reference, warmup, block)
 
     def loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-        timed(model)
-        return model(batch[:1])
+        with timed(model):
+            return model(batch[:1])
 
     def sgd(ps: Any, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.SGD(ps, lr=lr)
+        return InPlaceSGD(ps, lr=lr)
 
     return autotune.Workload(
         optimizer=sgd,
@@ -99,21 +117,37 @@ def build(params: int = 8, param_mb: float = 4.0, reference: str = "") -> autotu
     )
 
 
-def paired_ratios(windows: Any, reference: Path, world_size: int = 2) -> list[float]:
-    """Per measured window: its exposed sync a step (the ranks' mean, ``step_anatomy_mean``) over the known
-    cost of the same window's steps (the mean over its steps and the ranks of what build() wrote under
-    ``reference``); windows without a reading are left out. Both sides are the ranks' mean: a rank that arrives
-    late at a collective waits less in it, on both sides alike."""
-    readings = [json.loads(line) for rank in range(world_size)
-                for line in rank_file(reference, rank).read_text().splitlines()]
-    ratios, first = [], 0
+def readings(reference: Path, world_size: int = 2) -> list[dict[str, Any]]:
+    return [json.loads(line) for rank in range(world_size)
+            for line in rank_file(reference, rank).read_text().splitlines()]
+
+
+def paired_costs(windows: Any, reference: Path, world_size: int = 2) -> list[tuple[float, float]]:
+    """Per synchronising measured window: (its exposed sync a step, the ranks' mean ``step_anatomy_mean``;
+    its known sync cost a step: the mean period of its steps, over both ranks, less the mean period of the
+    steps of its neighbouring windows that did not synchronise). Windows without both neighbours' readings,
+    or that mix the two kinds of step, are left out. Both sides are the ranks' mean."""
+    steps = readings(reference, world_size)
+    spans, first = [], 0
     for window in windows:
-        steps = [r["s"] for r in readings if first < r["step"] <= window.step]
+        inside = [r for r in steps if first < r["step"] <= window.step]
+        kinds = {r["sync"] for r in inside}
+        spans.append((window, statistics.fmean(r["s"] for r in inside) if len(kinds) == 1 else None,
+                      kinds.pop() if len(kinds) == 1 else None))
         first = window.step
+    pairs = []
+    for before, (window, period, sync), after in zip(spans, spans[1:], spans[2:], strict=False):
         anatomy = window.step_anatomy_mean
-        if steps and anatomy is not None and anatomy.sync_exposed_s is not None:
-            ratios.append(anatomy.sync_exposed_s / (sum(steps) / len(steps)))
-    return ratios
+        if (not sync or anatomy is None or anatomy.sync_exposed_s is None or before[2] is not False
+                or after[2] is not False or before[1] is None or after[1] is None or period is None):
+            continue
+        pairs.append((anatomy.sync_exposed_s, period - (before[1] + after[1]) / 2))
+    return pairs
+
+
+def sync_steps(steps: int, warmup: int, block: int) -> int:
+    """How many of a trial's ``steps`` synchronise under :func:`build`'s alternation."""
+    return sum(Reference("", warmup, block).syncs(step) for step in range(1, steps + 1))
 
 
 def buckets(params: int, param_mb: float, bucket_cap_mb: int) -> int:

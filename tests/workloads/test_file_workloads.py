@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from autotune import WorkloadError
@@ -46,7 +47,12 @@ def test_images_are_files_written_once_then_decoded(tmp_path: Path, image_format
     images(tmp_path, image_format=image_format).dataset()  # a second build reads the same files
     assert {p: p.stat().st_mtime_ns for p in files} == written
     x, y = train[5]
-    assert x.shape == (3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.int64
+    # uint8 pixels from the workers; the loss converts and normalises the batch in the rank
+    assert x.shape == (3, 16, 16) and x.dtype == torch.uint8 and y.dtype == torch.int64
+    model = workload.model()
+    batch = (torch.stack([x, train[6][0]]), torch.stack([y, train[6][1]]))
+    normalised = (batch[0].float() / 255 - 0.5) / 0.25
+    assert torch.equal(workload.loss(model, batch), F.cross_entropy(model(normalised), batch[1]))
     assert torch.equal(train[5][0], x)  # an item's augmentation comes from (seed, index)
     assert not torch.equal(train[6][0], x)
     assert 0 <= int(y) < 3 and json.loads((folder / "labels.json").read_text())[5] == int(y)
