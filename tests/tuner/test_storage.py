@@ -59,3 +59,14 @@ def test_a_trial_whose_heartbeat_is_older_than_the_grace_period_is_failed_and_qu
     trials = study.get_trials(deepcopy=False)
     assert trials[0].state == TrialState.FAIL
     assert [t.state for t in trials[1:]] == [TrialState.WAITING]  # queued again with its configuration
+
+
+def test_autotune_run_with_a_bad_grace_period_is_one_line_exit_2(tmp_path: Path) -> None:
+    from .conftest import make_study
+
+    sd = make_study(tmp_path / "bad-grace", "bad-grace")
+    out = sd.cli("run", "study.yaml", "--n-trials", "2", env={"AUTOTUNE_HEARTBEAT_GRACE_S": "soon"})
+    assert out.returncode == 2, out.stdout + out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "AUTOTUNE_HEARTBEAT_GRACE_S='soon'" in errors[0], out.stderr
+    assert not sd.runs.exists() or not list(sd.runs.glob("trial-*"))  # stopped before any trial
