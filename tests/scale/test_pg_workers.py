@@ -142,11 +142,12 @@ def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_four_workers_times_25_trials_lose_none(tmp_path: Path, postgres_url: str) -> None:
-    """Four workers share one budget: none overshoots it, trial numbers are unique, no trial is lost."""
-    # 50-100 s on 2 cores: one trial at a time (the core lease), four workers taking turns.
-    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=100, timeout_s=540)
-    check_shared_budget(found, n_trials=100, workers=4)
+def test_four_workers_times_12_trials_lose_none(tmp_path: Path, postgres_url: str) -> None:
+    """Four workers share one budget: none overshoots it, trial numbers are unique, no trial is lost. (Every
+    trial is claimed by four workers racing for it; benchmarks/pg_workers.py runs the 100-trial version.)"""
+    # 25-50 s on 2 cores: one trial at a time (the core lease), four workers taking turns.
+    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=48, timeout_s=540)
+    check_shared_budget(found, n_trials=48, workers=4)
 
 
 @pytest.mark.slow
