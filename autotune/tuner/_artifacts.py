@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
@@ -43,6 +44,7 @@ def attach_trial_artifacts(
     trial: int | FrozenTrial,
     trial_dir: str | Path,
     artifact_store: FileSystemArtifactStore,
+    batch: BatchedSystemAttrs | None = None,
 ) -> list[str]:
     """Upload every file at the top of ``trial_dir`` (config.json, metrics.jsonl, rank*.log,
     launcher.err, result.json, ...) as an artifact of the trial; return the new artifact ids.
@@ -50,7 +52,8 @@ def attach_trial_artifacts(
     The tuner calls it once the trial's run has ended (whatever its outcome) and BEFORE
     ``study.tell(...)``: Optuna refuses to change a finished trial, so a finished trial raises
     ValueError. Files already attached to the trial (same name) are skipped, so a second call attaches
-    nothing twice; a missing folder attaches nothing.
+    nothing twice; a missing folder attaches nothing. Given ``batch``, the files' metadata is left in it for the
+    caller to write (with the trial's other attributes, in one transaction); else it is written here, in one.
     """
     # Study has no public accessor for its storage; upload_artifact needs it for a FrozenTrial.
     storage = optuna_private.storage_of(study)
@@ -70,7 +73,8 @@ def attach_trial_artifacts(
         return []
     attached = {meta.filename for meta in get_all_artifact_meta(frozen, storage=storage)}
     ids = []
-    batch = BatchedSystemAttrs(storage)  # every file's metadata in one transaction, not one each
+    own = batch is None
+    batch = BatchedSystemAttrs(storage) if batch is None else batch  # every file's metadata in one transaction
     try:
         for path in sorted(folder.iterdir()):
             if not path.is_file() or path.name in attached or path.stat().st_size > _MAX_BYTES:
@@ -78,7 +82,8 @@ def attach_trial_artifacts(
             ids.append(upload_artifact(study_or_trial=frozen, file_path=str(path), artifact_store=artifact_store,
                                        storage=batch, mimetype=_mimetype(path)))  # type: ignore[arg-type]
     finally:
-        batch.flush()
+        if own:
+            batch.flush()
     return ids
 
 
@@ -93,10 +98,13 @@ class TrialArtifacts:
         self.spec = spec
         self._store: FileSystemArtifactStore | None = None
 
-    def __call__(self, study: optuna.Study, number: int, trial_dir: str) -> None:
+    def __call__(self, study: optuna.Study, number: int, trial_dir: str) -> dict[str, Any]:
+        """Upload the files; return the system attributes that name them (for the caller's one transaction)."""
+        batch = BatchedSystemAttrs(optuna_private.storage_of(study))
         try:
             if self._store is None:
                 self._store = writable_artifact_store(self.spec)
-            attach_trial_artifacts(study, number, trial_dir, self._store)
+            attach_trial_artifacts(study, number, trial_dir, self._store, batch)
         except Exception as e:
             warnings.warn(f"trial {number}: its files were not attached as artifacts: {e}", stacklevel=2)
+        return batch.pending()

@@ -19,7 +19,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import TrialState
 
 from autotune.compat import optuna_private
-from autotune.objectives import Group, config_key
+from autotune.objectives import Group, MemoryPrediction, config_key
 from autotune.samplers import preload_gp
 from autotune.search_space import SearchSpace, TrialConfig, study_space
 from autotune.spec import StudySpec
@@ -28,6 +28,7 @@ from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, 
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
 from autotune.tuner._memory import gate as memory_gate
+from autotune.tuner._memory import predict_memory, prediction_attrs
 from autotune.tuner._observer import Observer
 from autotune.tuner._params import admissible_params, record_params
 from autotune.tuner._race import race_confirmation
@@ -240,11 +241,11 @@ class Tuner:
         prepared = time.time()
         trial = trial or ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
-        config = self._configure(study, trial, role)
+        config, prediction = self._configure(study, trial, role)
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
         self.observer.trial_started(trial.number, role, config, index, target)
-        with traced("memory_gate", trial=trial.number):
-            skipped = memory_gate(self.spec, study, trial, config, role, trial_dir, self.tell)  # predicted over budget
+        with traced("memory_gate", trial=trial.number):  # predicted over the budget: told, not launched
+            skipped = memory_gate(self.spec, study, trial, prediction, role, trial_dir, self.tell)
         if skipped is not None:
             self.observer.trial_finished(trial.number, role, config, skipped)
             return skipped
@@ -271,9 +272,11 @@ class Tuner:
                 self.observer.trial_finished(trial.number, role, config, result)
         return result
 
-    def _configure(self, study: optuna.Study, trial: optuna.Trial, role: str) -> TrialConfig:
+    def _configure(
+        self, study: optuna.Study, trial: optuna.Trial, role: str
+    ) -> tuple[TrialConfig, MemoryPrediction | None]:
         """The trial's configuration, queued (the baseline, a confirmation, a retry, a second look) or suggested by
-        the sampler, stored on the trial with the sampler that proposed it."""
+        the sampler, and its predicted memory: stored on the trial with the sampler that proposed it."""
         sampler = None  # the sampler that proposed the configuration, recorded on the trials it proposed
         if ("config" in trial.user_attrs and role != ROLE_SEARCH) or {"retry_of", SECOND_LOOK} & set(trial.user_attrs):
             config = TrialConfig.model_validate(trial.user_attrs["config"])
@@ -284,10 +287,12 @@ class Tuner:
             if "warm_start" not in trial.user_attrs:  # an earlier study's best, queued: not the sampler's
                 sampler = self._sampler_of(study, trial.number)
         key = config_key(config.model_dump())
-        attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity}
+        prediction = predict_memory(self.spec, study, config.model_dump())
+        attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity,
+                 **prediction_attrs(prediction)}
         with traced("config_attrs", trial=trial.number):
             set_user_attrs(trial, attrs if sampler is None else {**attrs, "sampler": sampler})
-        return config
+        return config, prediction
 
     def _sampler_of(self, study: optuna.Study, number: int) -> str:
         """The sampler that proposed search trial ``number``: the study file's, or ``tpe`` past the GP's

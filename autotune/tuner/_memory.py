@@ -2,7 +2,8 @@
 
 Before a trial is launched the loop asks :func:`gate`: the configuration's peak memory per rank is predicted
 from the study's finished trials (:class:`autotune.objectives.MemoryModel`; before any trial, from the
-parameter count and dtype mix of the study's fingerprint) and stored on the trial as ``predicted_memory_mb``.
+parameter count and dtype mix of the study's fingerprint) and stored on the trial as ``predicted_memory_mb``
+(with its configuration's attributes, in one transaction: :func:`prediction_attrs`).
 With ``constraints.max_memory_mb`` set, a search trial predicted over it by more than the model's own error
 is not launched: it is told as an oom trial that measured nothing (``launched`` false, the reason
 ``not launched: predicted 9.1 GB > 8 GB budget, from 4 trials (setting fit)``), with the constraint values
@@ -22,12 +23,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.objectives import MemoryModel, MemoryPrediction, ModelSize, memory_points
-from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult
 from autotune.tuner._roles import ROLE_SEARCH
 
-__all__ = ["NOT_LAUNCHED", "gate", "model_size", "not_launched", "predict_memory"]
+__all__ = ["NOT_LAUNCHED", "gate", "model_size", "not_launched", "predict_memory", "prediction_attrs"]
 
 NOT_LAUNCHED = "not launched: "  # the reason's prefix of a trial predicted over the memory budget
 FINGERPRINT_ATTR = "autotune_fingerprint"  # the study's context (docs/storage.md): workload.parameters, dtypes
@@ -55,15 +55,20 @@ def predict_memory(spec: StudySpec, study: optuna.Study, config: Mapping[str, An
     return model.predict(config)
 
 
+def prediction_attrs(prediction: MemoryPrediction | None) -> dict[str, Any]:
+    """The user attributes that store a trial's prediction, written with its configuration (one transaction)."""
+    return {
+        "predicted_memory_mb": None if prediction is None else round(prediction.mb, 1),
+        "predicted_memory_error_mb": None if prediction is None else round(prediction.error_mb, 1),
+    }
+
+
 def gate(
-    spec: StudySpec, study: optuna.Study, trial: optuna.Trial, config: TrialConfig, role: str, trial_dir: Path,
-    tell: Tell,
+    spec: StudySpec, study: optuna.Study, trial: optuna.Trial, prediction: MemoryPrediction | None, role: str,
+    trial_dir: Path, tell: Tell,
 ) -> TrialResult | None:
-    """Store the prediction on ``trial``; tell it infeasible and return its result when it is not to be
-    launched (a search trial predicted over the budget by more than the error), else None: launch it."""
-    prediction = predict_memory(spec, study, config.model_dump())
-    trial.set_user_attr("predicted_memory_mb", None if prediction is None else round(prediction.mb, 1))
-    trial.set_user_attr("predicted_memory_error_mb", None if prediction is None else round(prediction.error_mb, 1))
+    """Tell ``trial`` infeasible and return its result when it is not to be launched (a search trial whose
+    ``prediction``, stored with its configuration, is over the budget by more than the error), else None."""
     budget = spec.constraints.max_memory_mb
     first_run = role == ROLE_SEARCH and "retry_of" not in trial.user_attrs
     if not spec.constraints.predict_memory:

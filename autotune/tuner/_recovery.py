@@ -1,8 +1,8 @@
 """Recovery and heartbeats: trials whose tuner died are failed and queued again; a running trial beats.
 
 A tuner on this host that no longer exists is seen at once (its pid); tuners elsewhere are found by
-their heartbeat going stale (Optuna's RDB heartbeat, ``GRACE_PERIOD_S``). Ctrl-C and SIGTERM become
-:class:`Interrupted`, so the running trial is recorded before the run stops.
+their heartbeat going stale (Optuna's RDB heartbeat, ``GRACE_PERIOD_S`` or ``AUTOTUNE_HEARTBEAT_GRACE_S``).
+Ctrl-C and SIGTERM become :class:`Interrupted`, so the running trial is recorded before the run stops.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
 from autotune.tuner._roles import INTERRUPTED
-from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+from autotune.tuner._storage import grace_period_s, heartbeat_interval_s
 
 
 class Interrupted(BaseException):
@@ -66,7 +66,7 @@ def _orphaned(trial: FrozenTrial) -> bool:
     """A running trial no tuner has recorded itself on, for longer than the heartbeat grace period."""
     if trial.datetime_start is None:
         return False
-    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > GRACE_PERIOD_S
+    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_period_s()
 
 
 def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
@@ -135,17 +135,18 @@ def ask(study: optuna.Study) -> optuna.Trial:
 
 
 class Heartbeat:
-    """Records the running trial's heartbeat in the storage every HEARTBEAT_INTERVAL_S."""
+    """Records the running trial's heartbeat in the storage every heartbeat interval (5 s by default)."""
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial, clock: Callable[[], float]) -> None:
         self.storage = optuna_private.storage_of(study)
         self.trial_id = optuna_private.trial_id(trial)
         self.clock = clock
         self.last = -math.inf
+        self.interval_s = heartbeat_interval_s()
 
     def __call__(self) -> None:
         now = self.clock()
-        if now - self.last >= HEARTBEAT_INTERVAL_S and hasattr(self.storage, "record_heartbeat"):
+        if now - self.last >= self.interval_s and hasattr(self.storage, "record_heartbeat"):
             self.last = now
             with contextlib.suppress(Exception):
                 self.storage.record_heartbeat(self.trial_id)

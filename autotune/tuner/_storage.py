@@ -17,12 +17,16 @@ import optuna
 from optuna.storages import BaseStorage
 
 from autotune.compat import optuna_private
-from autotune.errors import AutotuneError, first_line
+from autotune.errors import AutotuneError, UsageError, first_line
 from autotune.spec import redact_url
 from autotune.tuner._outage import Patience, patience_for
 
+#: A running trial's heartbeat interval, and how long a heartbeat may be missing before another worker fails the
+#: trial as stale and retries it (seconds). The environment variable AUTOTUNE_HEARTBEAT_GRACE_S overrides the
+#: grace period (whole seconds >= 2); the interval is then a sixth of it, at least 1 s and at most 5 s.
 HEARTBEAT_INTERVAL_S = 5
 GRACE_PERIOD_S = 30
+GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
 LOCK_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK = "autotune-schema"  # creating tables and studies: one process at a time per database
@@ -44,8 +48,8 @@ def make_storage(url: str) -> BaseStorage:
             return optuna.storages.RDBStorage(
                 url,
                 engine_kwargs=engine_kwargs,
-                heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                grace_period=GRACE_PERIOD_S,
+                heartbeat_interval=heartbeat_interval_s(),
+                grace_period=grace_period_s(),
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2),
             )
 
@@ -58,6 +62,22 @@ def make_storage(url: str) -> BaseStorage:
         raise AutotuneError(f"cannot open storage {redact_url(url)}: {first_line(e)}") from None
     optuna_private.quiet_lost_connection_notices()
     return optuna_private.guarded_storage(rdb, patience)
+
+
+def grace_period_s() -> int:
+    """:data:`GRACE_PERIOD_S`, or the environment's ``AUTOTUNE_HEARTBEAT_GRACE_S`` (a bad value is bad input)."""
+    text = os.environ.get(GRACE_ENV, "").strip()
+    if not text:
+        return GRACE_PERIOD_S
+    value = int(text) if text.isdigit() else -1
+    if value < 2:
+        raise UsageError(f"{GRACE_ENV}={text!r}: not a whole number of seconds >= 2; unset it or give one, e.g. 30")
+    return value
+
+
+def heartbeat_interval_s() -> int:
+    """A sixth of the grace period, within 1 and :data:`HEARTBEAT_INTERVAL_S` seconds (5 s at the default 30 s)."""
+    return max(1, min(HEARTBEAT_INTERVAL_S, grace_period_s() // 6))
 
 
 @contextlib.contextmanager

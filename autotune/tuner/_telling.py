@@ -43,7 +43,8 @@ from autotune.tuner._roles import INTERRUPTED
 from autotune.tuner._storage import unless_down
 from autotune.tuner._writes import set_user_attrs
 
-Attach = Callable[[optuna.Study, int, str], None]  # (study, trial number, trial folder): files as artifacts
+# (study, trial number, trial folder): files as artifacts; returns the system attributes naming them, to write
+Attach = Callable[[optuna.Study, int, str], dict[str, Any]]
 
 
 def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: TrialResult, attach: Attach) -> None:
@@ -74,10 +75,10 @@ def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: Tria
     constraints = (
         constraint_values(result, spec.constraints.max_memory_mb) if state != TrialState.FAIL else None
     )
-    with traced("attrs", trial=trial.number):
-        set_user_attrs(trial, attrs, constraints)  # one transaction
     with traced("artifacts", trial=trial.number):
-        attach(study, trial.number, result.trial_dir)
+        artifacts = attach(study, trial.number, result.trial_dir)
+    with traced("attrs", trial=trial.number):
+        set_user_attrs(trial, attrs, constraints, artifacts)  # one transaction, the artifacts' metadata in it
     if state == TrialState.COMPLETE:
         study.tell(trial, values)
     else:

@@ -5,7 +5,8 @@ and the system attributes of its artifacts, and four on the next one (its role, 
 Optuna's ``Trial.set_user_attr`` each is a transaction of its own — on SQLite a commit with an fsync, some
 10-25 ms on a busy disk — and the next trial waits for all of them. :func:`set_user_attrs` and
 :class:`BatchedSystemAttrs` write the same rows, with Optuna's own code, in one transaction on an
-:class:`~optuna.storages.RDBStorage`; on any other storage (or an Optuna without these internals) they fall back
+:class:`~optuna.storages.RDBStorage` (a trial's result with its artifacts' metadata; its configuration with its
+predicted memory). On any other storage (or an Optuna without these internals) they fall back
 to one call per attribute. What is stored is the same either way.
 """
 
@@ -44,12 +45,16 @@ def _write(storage: BaseStorage, trial_id: int, user: dict[str, Any], system: di
 
 
 
-def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None = None) -> None:
+def set_user_attrs(
+    trial: optuna.Trial, attrs: dict[str, Any], constraints: dict[str, float] | None = None,
+    system_attrs: dict[str, Any] | None = None,
+) -> None:
     """``trial.set_user_attr(k, v)`` for every item, and ``trial.set_constraint(name, value)`` for every
     constraint, in one transaction (set_constraint reads the trial's system attributes and commits, per
-    constraint). A finished trial raises :class:`optuna.exceptions.UpdateFinishedTrialError` and nothing is
-    written, as Optuna does."""
+    constraint), with ``system_attrs`` (its artifacts' metadata) in it too. A finished trial raises
+    :class:`optuna.exceptions.UpdateFinishedTrialError` and nothing is written, as Optuna does."""
     system = {f"{CONSTRAINTS_PREFIX}{name}": float(value) for name, value in (constraints or {}).items()}
+    system.update(system_attrs or {})
     if not attrs and not system:
         return
     _write(trial.storage, optuna_private.trial_id(trial), attrs, system)
@@ -71,6 +76,12 @@ class BatchedSystemAttrs:
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._pending.setdefault(trial_id, {})[key] = value
+
+    def pending(self) -> dict[str, Any]:
+        """The system attributes kept and not written, of the one trial they were set on (taken: not flushed)."""
+        pending, self._pending = self._pending, {}
+        assert len(pending) <= 1, "pending() is for one trial's attributes"
+        return next(iter(pending.values()), {})
 
     def flush(self) -> None:
         pending, self._pending = self._pending, {}

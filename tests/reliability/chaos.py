@@ -16,7 +16,8 @@ batch size   what the last rank does from its ``at_step``-th loss call on
 any          the loss is NaN on every rank when the learning rate exceeds ``nan_above_lr``
 ===========  ===========================================================================================
 
-``sleep_s``: every loss call sleeps this long (a slower, still healthy trial).
+``sleep_s``: every loss call sleeps this long (a slower, still healthy trial); with ``sleep_while``, only while
+that file exists (a test makes a study's trials short again by deleting it).
 ``env_dump``: rank 0 writes its ``os.environ`` as JSON to this path (what a trial's processes can see).
 """
 
@@ -54,8 +55,9 @@ class Chaos:
     """``loss`` and ``optimizer`` of the workload; the optimizer tells it the learning rate."""
 
     def __init__(self, at_step: int, nan_above_lr: float, grow_mb: int, memory_cap_mb: int,
-                 env_dump: str | None = None, sleep_s: float = 0.0) -> None:
+                 env_dump: str | None = None, sleep_s: float = 0.0, sleep_while: str | None = None) -> None:
         self.at_step, self.nan_above_lr, self.sleep_s = at_step, nan_above_lr, sleep_s
+        self.sleep_while = sleep_while
         self.grow_mb, self.memory_cap_mb = grow_mb, memory_cap_mb
         self.env_dump = env_dump
         self.lr = 0.0
@@ -71,7 +73,7 @@ class Chaos:
         loss = nn.functional.mse_loss(model(x).float(), y)
         self.calls += 1
         rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        if self.sleep_s:
+        if self.sleep_s and (self.sleep_while is None or os.path.exists(self.sleep_while)):
             time.sleep(self.sleep_s)
         if self.calls == 1 and rank == 0 and self.env_dump:
             Path(self.env_dump).write_text(json.dumps(dict(os.environ)))
@@ -117,8 +119,9 @@ def build(
     width: int = 16,
     env_dump: str | None = None,
     sleep_s: float = 0.0,
+    sleep_while: str | None = None,
 ) -> autotune.Workload:
-    chaos = Chaos(at_step, nan_above_lr, grow_mb, memory_cap_mb, env_dump, sleep_s)
+    chaos = Chaos(at_step, nan_above_lr, grow_mb, memory_cap_mb, env_dump, sleep_s, sleep_while)
     return autotune.Workload(
         model=lambda: Net(width),
         dataset=lambda: Points(samples),

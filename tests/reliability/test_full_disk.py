@@ -76,7 +76,11 @@ def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_on
     small_disk: Path, study_env: dict[str, str], tmp_path: Path, started: float, storage: str
 ) -> None:
     url = None if storage == "in_the_folder" else f"sqlite:///{tmp_path / 'elsewhere.db'}"
-    sd: StudyDir = write_study(small_disk / "study", "full", study_env, **SLOW, search_space=SPACE,
+    slow = tmp_path / "slow"  # the trials are slow (6 s) while it exists: the first run's is caught mid-way
+    slow.touch()
+    sd: StudyDir = write_study(small_disk / "study", "full", study_env,
+                               workload_args={**SLOW["workload_args"], "sleep_while": str(slow)},
+                               trial=SLOW["trial"], search_space=SPACE,
                                sampler={"name": "random", "seed": 0}, **({"storage": url} if url else {}))
     db = sd.db if url is None else tmp_path / "elsewhere.db"
     log = tmp_path / "run.log"
@@ -107,6 +111,7 @@ def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_on
     assert status.returncode == 0 and "complete: 1" in status.stdout, status.stdout + status.stderr
     report = sd.cli("report", "study.yaml", "-o", str(tmp_path / "report.html"))
     assert report.returncode == 0, report.stdout + report.stderr
+    slow.unlink()  # the resume's trials need not be slow: what it shows is the stopped one run again
     again = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = read_trials(db)

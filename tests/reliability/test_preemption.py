@@ -78,7 +78,10 @@ def _check_recorded(sd: StudyDir, number: int) -> None:
 def test_sigterm_stops_autotune_run_in_the_grace_period_and_the_rerun_completes_the_budget(
     make_study: Callable[..., StudyDir], started: float, tmp_path: Path
 ) -> None:
-    sd = make_study("preempted", **SLOW, search_space=SPACE, sampler={"name": "random", "seed": 5})
+    slow = tmp_path / "slow"  # the trials are slow (6 s) while it exists: the first run's is caught mid-way
+    slow.touch()
+    sd = make_study("preempted", workload_args={**SLOW["workload_args"], "sleep_while": str(slow)},
+                    trial=SLOW["trial"], search_space=SPACE, sampler={"name": "random", "seed": 5})
     log = tmp_path / "run.log"
     tuner = sd.popen("run", "study.yaml", "--n-trials", "3", log=log)
     _wait_training(tuner, sd.trial_dir(0), log)
@@ -90,6 +93,7 @@ def test_sigterm_stops_autotune_run_in_the_grace_period_and_the_rerun_completes_
     _check_recorded(sd, 0)
     assert_nothing_left(sd, started)
 
+    slow.unlink()  # the rerun's trials need not be slow: what it shows is the stopped one run again, the budget met
     again = sd.cli("run", "study.yaml", "--n-trials", "3")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = sd.load().get_trials(deepcopy=False)

@@ -99,9 +99,13 @@ def test_a_second_run_on_a_running_sqlite_study_names_the_first_and_shares_its_b
     make_study: Callable[..., StudyDir], started: float, tmp_path: Path
 ) -> None:
     """The common mistake: `autotune run` started again on the same study while the first still runs."""
-    # trials of 9 s or more: the second run starts (imports, opens the study) while the first's trial still runs,
-    # also on a quiet machine (at 0.05 s a step the first's trial could end before the second looked)
-    sd = make_study("twice", workload_args={"sleep_s": 0.3}, trial={"max_steps": 30, "report_every": 3},
+    # The first's trial is slow (up to 30 s: 100 steps of 0.3 s) until the second has named the first, so the
+    # second run starts (imports, opens the study) while it still runs, also on a loaded machine; then the
+    # trials are fast (``slow`` deleted): what is left to show is the budget shared by both runs.
+    slow = tmp_path / "slow"
+    slow.touch()
+    sd = make_study("twice", workload_args={"sleep_s": 0.3, "sleep_while": str(slow)},
+                    trial={"max_steps": 100, "report_every": 10, "max_seconds": 60},
                     search_space={"batch_size": {"choices": [8, 16, 24, 32]}}, sampler={"name": "random", "seed": 2})
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     first = sd.popen("run", "study.yaml", "--n-trials", "6", log=logs[0])
@@ -112,6 +116,10 @@ def test_a_second_run_on_a_running_sqlite_study_names_the_first_and_shares_its_b
             assert first.poll() is None and time.monotonic() < deadline, logs[0].read_text()
             time.sleep(0.05)
         second = sd.popen("run", "study.yaml", "--n-trials", "6", log=logs[1])
+        while "another autotune run" not in logs[1].read_text():
+            assert second.poll() is None and time.monotonic() < deadline + 60, logs[1].read_text()
+            time.sleep(0.05)
+        slow.unlink()
         for proc in (first, second):
             proc.wait(timeout=240)
     finally:

@@ -24,7 +24,7 @@ from tests.conftest import PostgresControl
 
 from .conftest import StudyDir, assert_nothing_left
 
-OUTAGE_S = 20.0
+OUTAGE_S = 8.0  # several tries with back-off (0.5, 1, 2, 4 s), and a running trial's end within it
 SPACE = {"batch_size": {"choices": [8, 16, 24, 32]}}
 # every loss call sleeps 80 ms: a trial trains for about 3 s, so one is caught running when the server stops
 SLOW = {"workload_args": {"sleep_s": 0.08}, "trial": {"max_steps": 40, "report_every": 4}}
@@ -95,7 +95,7 @@ def test_four_workers_ride_out_a_postgresql_restart_and_lose_nothing(
     make_study: Callable[..., StudyDir], postgres_url: str, postgres_control: PostgresControl, tmp_path: Path,
     started: float,
 ) -> None:
-    n_trials = 12
+    n_trials = 8
     sd = make_study("outage", **SLOW, storage=postgres_url, search_space=SPACE, sampler={"name": "random", "seed": 1})
     procs, logs = _run_workers(sd, 4, n_trials, tmp_path)
     try:
@@ -158,7 +158,10 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
     make_study: Callable[..., StudyDir], postgres_url: str, postgres_control: PostgresControl, tmp_path: Path,
     started: float,
 ) -> None:
-    sd = make_study("gone", workload_args={"sleep_s": 0.1}, trial={"max_steps": 150, "report_every": 2},
+    slow = tmp_path / "slow"  # while it exists a trial trains 15 s (150 steps of 0.1 s); without it, about 1 s
+    slow.touch()
+    sd = make_study("gone", workload_args={"sleep_s": 0.1, "sleep_while": str(slow)},
+                    trial={"max_steps": 150, "report_every": 2},
                     storage=postgres_url, search_space=SPACE, sampler={"name": "random", "seed": 1})
     log = tmp_path / "run.log"
     tuner = sd.popen("run", "study.yaml", "--n-trials", "2", log=log, env={"AUTOTUNE_STORAGE_WAIT_S": "5"})
@@ -180,6 +183,7 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
     assert_nothing_left(sd, started)  # the running trial's processes ended with the worker
 
     postgres_control.start()
+    slow.unlink()  # the rerun's trials need not be slow: what it shows is the stopped trial failed and run again
     again = sd.cli("run", "study.yaml", "--n-trials", "2")
     assert again.returncode == 0, again.stdout + again.stderr
     trials = _trials(postgres_url, "gone")

@@ -1,0 +1,72 @@
+"""The heartbeat grace period: 30 s by default, AUTOTUNE_HEARTBEAT_GRACE_S sets it (and the heartbeat interval
+with it); a running trial whose heartbeat is older than it is failed by the next worker's recovery and queued
+again, and not before. Real SQLite storage."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.errors import UsageError
+from autotune.tuner import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage
+from autotune.tuner._recovery import ask, recover
+from autotune.tuner._storage import grace_period_s, heartbeat_interval_s
+
+
+def test_the_default_grace_period_and_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_HEARTBEAT_GRACE_S", raising=False)
+    assert (grace_period_s(), heartbeat_interval_s()) == (GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S) == (30, 5)
+
+
+@pytest.mark.parametrize(("value", "grace", "interval"), [("2", 2, 1), ("12", 12, 2), ("600", 600, 5)])
+def test_the_environment_sets_the_grace_period_and_the_interval_follows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str, grace: int, interval: int
+) -> None:
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE_S", value)
+    assert (grace_period_s(), heartbeat_interval_s()) == (grace, interval)
+    storage = make_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    assert storage.get_heartbeat_interval() == interval  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", ["1", "0", "-3", "2.5", "soon"])
+def test_a_bad_grace_period_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE_S", value)
+    with pytest.raises(UsageError) as bad:
+        grace_period_s()
+    message = str(bad.value)
+    assert "\n" not in message and message.startswith(f"AUTOTUNE_HEARTBEAT_GRACE_S={value!r}") and "e.g. 30" in message
+
+
+def test_a_trial_whose_heartbeat_is_older_than_the_grace_period_is_failed_and_queued_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE_S", "2")
+    study = optuna.create_study(storage=make_storage(f"sqlite:///{tmp_path / 'study.db'}"), study_name="beats")
+    trial = ask(study)
+    elsewhere = {"host": "another-host", "pid": 1, "start": 0.0}  # its pid cannot be checked from here
+    trial.set_user_attr("worker", elsewhere)
+    trial.set_user_attr("config", {"batch_size": 8})
+    study._storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
+    me = {"host": "this-host", "pid": 2, "start": 0.0}
+    recover(study, me)
+    assert study.trials[0].state == TrialState.RUNNING  # a fresh heartbeat: the trial is left alone
+    time.sleep(3.0)  # past the 2 s grace period, no heartbeat since
+    recover(study, me)
+    trials = study.get_trials(deepcopy=False)
+    assert trials[0].state == TrialState.FAIL
+    assert [t.state for t in trials[1:]] == [TrialState.WAITING]  # queued again with its configuration
+
+
+def test_autotune_run_with_a_bad_grace_period_is_one_line_exit_2(tmp_path: Path) -> None:
+    from .conftest import make_study
+
+    sd = make_study(tmp_path / "bad-grace", "bad-grace")
+    out = sd.cli("run", "study.yaml", "--n-trials", "2", env={"AUTOTUNE_HEARTBEAT_GRACE_S": "soon"})
+    assert out.returncode == 2, out.stdout + out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "AUTOTUNE_HEARTBEAT_GRACE_S='soon'" in errors[0], out.stderr
+    assert not sd.runs.exists() or not list(sd.runs.glob("trial-*"))  # stopped before any trial
