@@ -18,7 +18,7 @@ Pollux traces (six real jobs' whole runs, /work/shared/data/pollux-traces): fitt
 trace's rows, against its end value and its run-effective value over the remaining rows (weighted by the
 traces' progress). The estimates are not timings: the machine's load does not spoil them.
 
-    python benchmarks/noise_scale.py            # 3 seeds: 5 min at load 6-10
+    python benchmarks/noise_scale.py            # 3 seeds: 2.5 min at load 3-4, 5 at load 6-10
     python benchmarks/noise_scale.py --quick    # smoke run: 1 seed, a short trial of 12 steps, a long one of 40
 """
 
@@ -47,7 +47,7 @@ from _common import (
     write_json,
 )
 
-from autotune.scale import NoiseWindow, efficiency, estimate_noise_scale, noise_scale
+from autotune.scale import NoiseEstimate, NoiseWindow, efficiency, estimate_noise_scale, noise_scale
 
 TARGET_FACTOR = 2.0
 EVERY = 5  # steps per window, short and long alike: the short trial's windows are the long run's first ones
@@ -79,12 +79,17 @@ def readings(result: Any) -> list[dict[str, Any]]:
              "sqr_big": w.gradient_noise.sqr_big} for w in result.windows if w.gradient_noise is not None]
 
 
-def estimate(windows: Sequence[dict[str, Any]]) -> float | None:
-    """The product's estimate over these windows (pooled as a trial pools them)."""
+def estimate_of(windows: Sequence[dict[str, Any]]) -> NoiseEstimate | None:
+    """The product's estimator over these windows, pooled as a trial pools them."""
     if not windows:
         return None
-    e = estimate_noise_scale(windows[0]["small"], windows[0]["big"],
-                             [NoiseWindow(w["steps"], w["sqr_small"], w["sqr_big"]) for w in windows])
+    return estimate_noise_scale(windows[0]["small"], windows[0]["big"],
+                                [NoiseWindow(w["steps"], w["sqr_small"], w["sqr_big"]) for w in windows])
+
+
+def estimate(windows: Sequence[dict[str, Any]]) -> float | None:
+    """B_noise over these windows (None: not resolved)."""
+    e = estimate_of(windows)
     return None if e is None else e.value
 
 
@@ -129,10 +134,30 @@ def projection(short: Sequence[dict[str, Any]], long: Sequence[dict[str, Any]], 
         "ratio_latest_to_effective": _ratio(latest, effective),
         "ratio_projected_end_to_last": _ratio(projected_end, last),
         "ratio_projected_effective": _ratio(projected_eff, effective),
+        "pooled_law": pooled_law(short, end), "long_last_block_parts": _parts(estimate_of(blocks[-1])),
         "long_blocks": [{"step": bl[-1]["step"], "loss": bl[-1]["loss"], "noise_scale": v}
                         for bl, v in zip(blocks, block_values, strict=True)],
         "short_windows": [{"step": w["step"], "loss": w["loss"], "noise_scale": v} for w, v in ok],
     }
+
+
+def pooled_law(short: Sequence[dict[str, Any]], end: int) -> dict[str, float]:
+    """|G|^2 and tr(Sigma) each fitted as a power law in step over the short trial's windows (the product's
+    estimates, window by window), pooled over steps 5 to ``end`` as a trial pools, and each law's value at
+    ``end``: a projection of the long run's pooled estimate."""
+    parts = [estimate_of([w]) for w in short]
+    ok = [(w, e) for w, e in zip(short, parts, strict=True) if e is not None and e.grad_sqr > 0 and e.trace > 0]
+    mid = [math.log(w["step"] - w["steps"] / 2) for w, _ in ok]
+    ag, bg, _ = _fit(mid, [math.log(e.grad_sqr) for _, e in ok])
+    at, bt, _ = _fit(mid, [math.log(e.trace) for _, e in ok])
+    steps = np.log(np.arange(5, end) + 0.5)
+    grad_sqr, trace = np.exp(ag + bg * steps), np.exp(at + bt * steps)
+    return {"pooled": float(trace.mean() / grad_sqr.mean()), "grad_sqr_at_end": float(grad_sqr[-1]),
+            "trace_at_end": float(trace[-1]), "noise_scale_at_end": float(trace[-1] / grad_sqr[-1])}
+
+
+def _parts(e: NoiseEstimate | None) -> dict[str, float] | None:
+    return None if e is None else {"grad_sqr": e.grad_sqr, "trace": e.trace}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -167,6 +192,13 @@ def trace_projection(rows: Sequence[dict[str, float]], base: int) -> dict[str, A
         out.update(slope_step=b, r2_step=r2, projected_to_end=law[-1] / values[-1],
                    projected_to_effective=run_effective([law[i] for i in later], [progress[i] for i in later],
                                                         base) / effective)
+        # |G|^2 and the variance each as a power law in step, pooled over the remaining rows (by progress)
+        logs = [math.log(r["iteration"]) for r in rows]
+        ag, bg, _ = _fit(logs[:k], [math.log(r["grad_sqr"]) for r in rows[:k]])
+        av, bv, _ = _fit(logs[:k], [math.log(r["grad_var"]) for r in rows[:k]])
+        pooled = sum(progress[i] * math.exp(av + bv * logs[i]) for i in later) / sum(
+            progress[i] * math.exp(ag + bg * logs[i]) for i in later)
+        out["pooled_law_to_effective"] = noise_scale(1.0, pooled, base) / effective
     return out
 
 
@@ -183,6 +215,7 @@ def traces(root: Path) -> dict[str, dict[str, Any]]:
             "latest_within": sum(_within(t["latest_to_effective"]) for t in per.values()),
             "projected_within": sum(_within(t["projected_to_effective"]) for t in fitted),
             "projected_end_within": sum(_within(t["projected_to_end"]) for t in fitted),
+            "pooled_law_within": sum(_within(t["pooled_law_to_effective"]) for t in fitted),
             "median_latest_to_effective": float(np.median([t["latest_to_effective"] for t in per.values()])),
             "median_projected_to_effective": (float(np.median([t["projected_to_effective"] for t in fitted]))
                                               if fitted else None),
@@ -238,20 +271,23 @@ def main() -> None:
     print_table(
         f"what the {short}-step trial could report, against the {long}-step run (B_eff: run-effective)",
         ["seed", "pooled", "latest half", "long pooled", "long last 50", "long B_eff", "slope / R2 (log step)",
-         "slope / R2 (log loss)", "power law: end / last 50", "power law: B_eff / B_eff", "latest / B_eff"],
+         "slope / R2 (log loss)", "power law: end / last 50", "power law: B_eff / B_eff", "latest / B_eff",
+         "|G|2, tr laws pooled / long pooled"],
         [[a["seed"], _num(a["short_pooled"]), _num(a["short_latest_half"]), _num(a["long_pooled"]),
           _num(a["long_last_block"]), _num(a["long_effective"]), f"{a['slope_step']:.2f} / {a['r2_step']:.2f}",
           f"{a['slope_loss']:.2f} / {a['r2_loss']:.2f}", _num(a["ratio_projected_end_to_last"], ".2f"),
-          _num(a["ratio_projected_effective"], ".2f"), _num(a["ratio_latest_to_effective"], ".2f")]
+          _num(a["ratio_projected_effective"], ".2f"), _num(a["ratio_latest_to_effective"], ".2f"),
+          _num(_ratio(a["pooled_law"]["pooled"], a["long_pooled"]), ".2f")]
          for a in analyses],
     )
     jobs = traces(args.traces) if args.traces.is_dir() else {}
     print_table(
         "Pollux traces: fitted on the first 10% of each trace's rows, against the rest's run-effective B_noise",
         ["job", "traces", "fitted (>= 3 rows)", "power law within 2x", "its median ratio", "end within 2x",
-         "reading at 10% within 2x", "its median ratio"],
+         "reading at 10% within 2x", "its median ratio", "|G|2, var laws pooled within 2x"],
         [[job, len(j["traces"]), j["fitted"], j["projected_within"], _num(j["median_projected_to_effective"], ".2f"),
-          j["projected_end_within"], j["latest_within"], _num(j["median_latest_to_effective"], ".2f")]
+          j["projected_end_within"], j["latest_within"], _num(j["median_latest_to_effective"], ".2f"),
+          j["pooled_law_within"]]
          for job, j in jobs.items()],
     )
     print(f"short trials within {TARGET_FACTOR:g}x of the long run's: {check(met)}")
