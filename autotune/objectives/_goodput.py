@@ -12,6 +12,10 @@ told failed, its reason says why, and it is no verdict on its configuration's sp
 While a trial runs, :class:`RunningGoodput` reports the throughput so far times the efficiency from the
 noise scale of its windows so far (else the study's; else 1, so that no trial is pruned on a noise scale
 not yet known).
+
+The noise scale is that of the training the trial ran, its start; it grows as training goes on (on the lm
+workload and every Pollux trace), so goodput from a short trial undervalues the large batches a long run could
+use. No projection from a short trial held across both (benchmarks/README.md section 16).
 """
 
 from __future__ import annotations
