@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 from autotune.search_space import study_space
-from autotune.trial_runner import PacedRun, WarmLauncher, plan_for
+from autotune.trial_runner import PacedRun, PacedRunFailed, WarmLauncher, plan_for
+from autotune.trial_runner._plan import WAKE_FILE
 from autotune.workload_check import load_spec
 from tests._processes import wait_no_leftovers
 
@@ -46,6 +47,31 @@ def test_a_paced_run_is_frozen_between_its_blocks_and_leaves_nothing(tmp_path: P
         assert [w.step - windows[0].step for w in windows] == [0, 4, 8]  # 4 steps a block, each released once
         assert all(w.window_throughput_samples_s > 0 for w in windows)
         assert _stopped(ranks)
+        # Each block's end woke the tuner through the pipe rank 0 writes as it parks (it did not look for it).
+        assert run.wake is not None and run.wake.woken >= 3
+    finally:
+        run.close()
+        launcher.close()
+    assert not wait_no_leftovers(run.trial_dir, within_s=10)
+    assert not (run.trial_dir / WAKE_FILE).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["raise", "hang"])
+def test_a_paced_run_that_crashes_or_hangs_in_a_block_fails_it(tmp_path: Path, fault: str) -> None:
+    sd = make_study(tmp_path / fault, fault, workload_args={"fault": fault, "at_step": 24})
+    spec = load_spec(str(sd.file))
+    config = study_space(spec).default_config(spec.baseline)
+    launcher = WarmLauncher()
+    run = PacedRun(launcher, plan_for(spec, config).model_copy(update={"pace_steps": 4}), tmp_path / fault / "t")
+    try:
+        run.start(60)
+        with pytest.raises(PacedRunFailed) as failed:
+            for _ in range(8):  # the fault fires after a block or more
+                run.block(5)
+        assert 1 <= run.blocks < 6
+        expected = "crashed (exit status" if fault == "raise" else f"no end of block {run.blocks + 1} within its time"
+        assert str(failed.value).startswith(expected), failed.value
     finally:
         run.close()
         launcher.close()
