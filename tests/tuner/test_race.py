@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
+import optuna
 import psutil
 import pytest
 
+from autotune.compat import optuna_private
 from autotune.search_space import study_space
 from autotune.trial_runner import PacedRun, PacedRunFailed, WarmLauncher, plan_for
 from autotune.trial_runner._plan import WAKE_FILE
+from autotune.tuner._recovery import heartbeats
+from autotune.tuner._storage import HEARTBEAT_INTERVAL_S
 from autotune.workload_check import load_spec
 from tests._processes import wait_no_leftovers
 
@@ -102,3 +107,24 @@ def test_autotune_run_races_the_best_configurations_against_the_baseline(tmp_pat
     payload = json.loads(best.stdout)
     assert payload["confirmation"]["method"] == "race" and payload["confirmation"]["rounds"] == len(race["rounds"])
     assert_nothing_left(study, sd)
+
+
+def test_a_race_records_each_entrants_heartbeat_every_interval_not_every_block(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'beats.db'}", heartbeat_interval=HEARTBEAT_INTERVAL_S)
+    study = optuna.create_study(storage=storage)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Optuna's note that heartbeats are meant for optimize()
+        trials = [study.ask(), study.ask()]
+    recorded: list[int] = []
+    monkeypatch.setattr(optuna_private.storage_of(study), "record_heartbeat", recorded.append)
+    now = [0.0]
+    beat = heartbeats(study, lambda: now[0])
+    for _ in range(20):  # 20 rounds of 0.1 s blocks: 2 s
+        for trial in trials:
+            beat(trial)
+            now[0] += 0.1
+    assert len(recorded) == 2  # each entrant's first, and none again within HEARTBEAT_INTERVAL_S
+    now[0] += HEARTBEAT_INTERVAL_S
+    beat(trials[0])
+    assert len(recorded) == 3
