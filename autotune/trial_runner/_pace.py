@@ -44,7 +44,7 @@ from autotune.trial_runner._plan import (
 from autotune.trial_runner._records import DoneRecord, read_record
 
 GATE_POLL_S = 0.0005  # how often a parked rank looks at the gate (it is frozen most of the time it waits)
-WAKE_S = 0.05  # while a block runs, the tuner wakes this often besides its end: has the run exited, is it late?
+WAKE_S = 0.1  # while a block runs the tuner also wakes this often (has the run exited?), as the monitor does
 TERMINATE_GRACE_S = 3.0
 
 
@@ -89,9 +89,16 @@ class Wake:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         os.mkfifo(path)
-        self._read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self._write = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        self._fds: tuple[int, ...] = (self._read, self._write)
+        self._fds: tuple[int, ...] = ()
+        try:
+            self._read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            self._fds = (self._read,)
+            self._write = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            self._fds += (self._write,)
+        except OSError:
+            self.close()
+            path.unlink(missing_ok=True)
+            raise
         self._poll = select.poll()
         self._poll.register(self._read, select.POLLIN)
         self.wakeups = 0  # waits that returned: woken by a byte or by the timeout
