@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from rich.console import Console
@@ -13,11 +15,17 @@ from autotune.search_space import TrialConfig
 from autotune.trial_runner import TrialResult, Window
 from autotune.tuner import Observer
 
+# The live view is drawn when what it shows changes, a trial's progress (the monitor's every look, 10 a second) at
+# most every REFRESH_S; nothing redraws it on a timer. A redraw every 0.25 s through a confirmation race, whose view
+# changes once a round, cost the tuner's process CPU taken from the configuration being measured.
+REFRESH_S = 0.25
+
 
 class RunView(Observer):
     """The live view of `autotune run`: trial i of N, the running trial, best so far, outcome counts.
 
-    On a terminal it is a rich Live display; elsewhere (CI, pipes) it prints one line per trial.
+    On a terminal it is a rich Live display, drawn when it changes (REFRESH_S); elsewhere (CI, pipes) it prints
+    one line per trial.
     """
 
     def __init__(self, console: Console, study_name: str, max_steps: int) -> None:
@@ -27,7 +35,7 @@ class RunView(Observer):
         self.study_name = study_name
         self.max_steps = max_steps
         self.live_enabled = console.is_terminal
-        self.live = Live(console=console, refresh_per_second=4, transient=True) if self.live_enabled else None
+        self.live = Live(console=console, auto_refresh=False, transient=True) if self.live_enabled else None
         self.target: int | None = 0
         self.done = 0
         self.rows: list[tuple[str, ...]] = []
@@ -36,6 +44,7 @@ class RunView(Observer):
         self.baseline: float | None = None
         self.current = ""
         self.progress = ""
+        self._drawn = -math.inf
 
     # Observer hooks ---------------------------------------------------------------------------------
     def study_opened(self, study: Any, target: int | None, done: int) -> None:
@@ -50,7 +59,7 @@ class RunView(Observer):
             self.console.print(f"resuming study [bold]{self.study_name}[/]: {done}{of} trials done")
         if self.live is not None:
             self.live.start()
-            self.live.update(self._render())
+            self._refresh()
 
     def warm_started(self, line: str) -> None:
         self.console.print(escape(line), highlight=False, soft_wrap=True)
@@ -75,7 +84,7 @@ class RunView(Observer):
                 self.progress += f"  data wait {last.step_anatomy.data_wait_share:.0%}"
         else:
             self.progress = f"starting ({elapsed_s:.0f} s)"
-        self._refresh()
+        self._refresh(often=True)
 
     def trial_finished(self, number: int, role: str, config: TrialConfig, result: TrialResult) -> None:
         if role != "confirm":
@@ -136,9 +145,16 @@ class RunView(Observer):
         if self.best is None or value > self.best:
             self.best = float(value)
 
-    def _refresh(self) -> None:
-        if self.live is not None:
-            self.live.update(self._render())
+    def _refresh(self, *, often: bool = False) -> None:
+        """Draw the view now; ``often`` (a trial's progress): not within REFRESH_S of the last drawing, the next
+        progress draws what this one skipped."""
+        if self.live is None:
+            return
+        now = time.monotonic()
+        if often and now - self._drawn < REFRESH_S:
+            return
+        self._drawn = now
+        self.live.update(self._render(), refresh=True)
 
     def _of(self) -> str:
         """``3 of 20``, or ``3`` when the budget has no trial limit."""

@@ -9,6 +9,11 @@ the blocks done, written by rank 0 as it stops), outside the timed part of the l
 freezes the run's ranks and DataLoader workers (SIGSTOP to each): a frozen run neither uses a
 core nor prefetches during another's block, and starts its next block with the queue it ended the last with.
 
+The tuner does not look for a block's end: it sleeps in poll(2) on a pipe (``parked.fifo``, :class:`Wake`)
+into which rank 0 writes a byte as it parks, so it wakes at the block's end and freezes the run then. Looking
+for the end every 0.5 ms cost 0.13 of a core, taken from the run being measured; the wait wakes only every
+``WAKE_S`` besides, to notice a run that exited or hangs.
+
 Rank side: :class:`Gate`. Tuner side: :class:`PacedRun`.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -32,16 +38,13 @@ from autotune.trial_runner._plan import (
     GATE_FILE,
     METRICS_FILE,
     PARKED_FILE,
+    WAKE_FILE,
     TrialPlan,
 )
 from autotune.trial_runner._records import DoneRecord, read_record
 
 GATE_POLL_S = 0.0005  # how often a parked rank looks at the gate (it is frozen most of the time it waits)
-# While a block runs the tuner looks for its end every COARSE_POLL_S until EARLY of the last block's length has
-# passed, then every poll_s: a look every 0.5 ms for a whole block cost 0.13 of a core, taken from the run
-# being measured; the fine look near the end keeps the moment of the freeze (free prefetch) as short as it was.
-COARSE_POLL_S = 0.005
-EARLY = 0.7
+WAKE_S = 0.1  # while a block runs the tuner also wakes this often (has the run exited?), as the monitor does
 TERMINATE_GRACE_S = 3.0
 
 
@@ -61,6 +64,67 @@ def _write_int(path: Path, value: int) -> None:
 FINISH = -1  # the gate's value that ends a paced run: the ranks leave the loop, evaluate and write done.json
 
 
+def _wake(path: Path) -> None:
+    """One byte into the tuner's wake pipe. No reader (the tuner is gone, or nobody waits on this run) or a
+    full pipe (the tuner has bytes it did not read yet): nothing to wake, the parked file says it all."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"\0")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Wake:
+    """The tuner's end of a paced run's wake pipe (a FIFO in the trial folder): :meth:`wait` sleeps until rank
+    0 writes a byte into it (True) or ``timeout_s`` passes (False). The tuner holds a write end of its own, so
+    that the pipe does not read as hung up (ready at every poll) once rank 0 closes its end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.mkfifo(path)
+        self._fds: tuple[int, ...] = ()
+        try:
+            self._read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            self._fds = (self._read,)
+            self._write = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            self._fds += (self._write,)
+        except OSError:
+            self.close()
+            path.unlink(missing_ok=True)
+            raise
+        self._poll = select.poll()
+        self._poll.register(self._read, select.POLLIN)
+        self.wakeups = 0  # waits that returned: woken by a byte or by the timeout
+        self.woken = 0  # of those, woken by a byte
+
+    def wait(self, timeout_s: float) -> bool:
+        ready = bool(self._poll.poll(max(0.0, timeout_s) * 1000))
+        self.wakeups += 1
+        if ready:
+            self.woken += 1
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._read, 4096):
+                    pass
+        return ready
+
+    def close(self) -> None:
+        """Close both ends and remove the pipe (once: a second call does nothing)."""
+        fds, self._fds = self._fds, ()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if fds:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
 class Gate:
     """A rank's stop between blocks: :meth:`wait` records the blocks done and returns True once the tuner
     released the next one, False when it asked the run to finish (:data:`FINISH`)."""
@@ -68,6 +132,7 @@ class Gate:
     def __init__(self, trial_dir: Path, rank: int) -> None:
         self.gate = trial_dir / GATE_FILE
         self.parked = trial_dir / PARKED_FILE
+        self.wake = trial_dir / WAKE_FILE
         self.rank = rank
         self.blocks = 0
 
@@ -75,6 +140,7 @@ class Gate:
         self.blocks = blocks
         if self.rank == 0:
             _write_int(self.parked, blocks)
+            _wake(self.wake)
         while True:
             allowed = _read_int(self.gate)
             if allowed == FINISH:
@@ -117,7 +183,7 @@ class PacedRun:
         self.windows: list[Window] = []
         self.blocks = 0
         self._frozen: list[int] = []
-        self._last_block_s: float | None = None
+        self.wake: Wake | None = None  # None where the folder holds no pipe: the wait looks every poll_s
         self.wall_s = 0.0  # seconds this run was running (launch to its warm-up's end, plus its blocks)
 
     def start(self, timeout_s: float) -> None:
@@ -126,6 +192,8 @@ class PacedRun:
             _write_int(self.trial_dir / GATE_FILE, 0)
         except OSError as e:
             raise LaunchError(f"cannot write the trial folder {self.trial_dir}: {e.strerror or e}") from e
+        with contextlib.suppress(OSError):  # a file system without pipes: the wait looks instead
+            self.wake = Wake(self.trial_dir / WAKE_FILE)
         began = self.clock()
         self.handle = self.launcher.launch(self.plan, self.trial_dir)
         self._until_parked(0, began + timeout_s)
@@ -142,9 +210,8 @@ class PacedRun:
         began = self.clock()
         self._signal(signal.SIGCONT)
         _write_int(self.trial_dir / GATE_FILE, self.blocks + 1)
-        self._until_parked(self.blocks + 1, began + timeout_s, self._last_block_s)
+        self._until_parked(self.blocks + 1, began + timeout_s)
         self._signal(signal.SIGSTOP)
-        self._last_block_s = self.clock() - began
         self.wall_s += self.clock() - began
         self.blocks += 1
         deadline = self.clock() + 5.0  # rank 0 writes the window before it parks; read until it is there
@@ -177,8 +244,13 @@ class PacedRun:
             self.close()
 
     def close(self) -> None:
-        if self.handle is not None:
-            self.handle.terminate(TERMINATE_GRACE_S)
+        try:
+            if self.handle is not None:
+                self.handle.terminate(TERMINATE_GRACE_S)
+        finally:
+            if self.wake is not None:
+                self.wake.close()
+                self.wake = None
 
     def _signal(self, sig: signal.Signals) -> None:
         for pid in self._frozen:
@@ -190,21 +262,25 @@ class PacedRun:
             raise LaunchError("the paced run was not started")
         return self.handle
 
-    def _until_parked(self, blocks: int, deadline: float, expect_s: float | None = None) -> None:
+    def _until_parked(self, blocks: int, deadline: float) -> None:
+        """Sleep until rank 0 parks after ``blocks`` blocks (0: its warm-up), woken by it (:class:`Wake`)."""
         handle = self._handle()
         parked = self.trial_dir / PARKED_FILE
-        fine_from = self.clock() + EARLY * expect_s if expect_s else 0.0
         while True:
             if parked.exists() and _read_int(parked) >= blocks:
                 return
             code = handle.poll()
             if code is not None:
                 raise PacedRunFailed(self._why_ended(code))
-            if self.clock() > deadline:
+            now = self.clock()
+            if now > deadline:
                 raise PacedRunFailed(
                     f"no {'warm-up end' if blocks == 0 else f'end of block {blocks}'} within its time: stopped"
                 )
-            time.sleep(self.poll_s if self.clock() >= fine_from else COARSE_POLL_S)
+            if self.wake is not None:
+                self.wake.wait(min(WAKE_S, deadline - now))
+            else:
+                time.sleep(self.poll_s)
 
     def _why_ended(self, code: int) -> str:
         outcome, reason, _, _ = classify_exit(self.trial_dir, self._handle())

@@ -18,6 +18,7 @@ APPLIED_FILE = "applied.json"
 HEARTBEAT_FILE = "heartbeat"
 GATE_FILE = "gate"  # a paced run: how many blocks the tuner has released (written by the tuner)
 PARKED_FILE = "parked"  # a paced run: how many blocks rank 0 has finished, written as it stops at the gate
+WAKE_FILE = "parked.fifo"  # a paced run: rank 0 writes a byte into this pipe as it parks (the tuner waits on it)
 ERRORS_DIR = "errors"
 LAUNCHER_ERR_FILE = "launcher.err"  # the launcher's own stderr (torchrun, the warm leader, srun)
 LAUNCHER_EXIT_FILE = "launcher.exit"  # the warm leader's exit status

@@ -43,7 +43,7 @@ from autotune.tuner._entrants import (
     start_entrant,
 )
 from autotune.tuner._observer import Observer
-from autotune.tuner._recovery import Heartbeat
+from autotune.tuner._recovery import heartbeats
 from autotune.tuner._results import measured_groups
 from autotune.tuner._telling import tell_interrupted
 
@@ -260,5 +260,4 @@ def race_confirmation(
         return False
     with launcher.sharing(plan_for(spec, TrialConfig.model_validate(baseline.config))):
         return race(study, spec, lambda plan, trial_dir: PacedRun(launcher, plan, trial_dir), enter=enter,
-                    tell=tell, observer=observer, clock=clock, deadline=deadline,
-                    beat=lambda trial: Heartbeat(study, trial, clock)())
+                    tell=tell, observer=observer, clock=clock, deadline=deadline, beat=heartbeats(study, clock))

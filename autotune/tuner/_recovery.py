@@ -152,6 +152,19 @@ class Heartbeat:
                 self.storage.record_heartbeat(self.trial_id)
 
 
+def heartbeats(study: optuna.Study, clock: Callable[[], float]) -> Callable[[optuna.Trial], None]:
+    """The heartbeat of several running trials (a race's entrants), one :class:`Heartbeat` each: a trial's is
+    recorded every HEARTBEAT_INTERVAL_S however often it is called (a race calls it after every block)."""
+    beats: dict[int, Heartbeat] = {}
+
+    def beat(trial: optuna.Trial) -> None:
+        if trial.number not in beats:
+            beats[trial.number] = Heartbeat(study, trial, clock)
+        beats[trial.number]()
+
+    return beat
+
+
 @contextlib.contextmanager
 def signals_as_interrupts() -> Iterator[None]:
     """SIGTERM raises Interrupted(143) in the main thread (SIGINT already raises KeyboardInterrupt). A SIGTERM

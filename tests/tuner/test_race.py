@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
+import optuna
 import psutil
 import pytest
 
+from autotune.compat import optuna_private
 from autotune.search_space import study_space
-from autotune.trial_runner import PacedRun, WarmLauncher, plan_for
+from autotune.trial_runner import PacedRun, PacedRunFailed, WarmLauncher, plan_for
+from autotune.trial_runner._plan import WAKE_FILE
+from autotune.tuner._recovery import heartbeats
+from autotune.tuner._storage import HEARTBEAT_INTERVAL_S
 from autotune.workload_check import load_spec
 from tests._processes import wait_no_leftovers
 
@@ -46,6 +52,31 @@ def test_a_paced_run_is_frozen_between_its_blocks_and_leaves_nothing(tmp_path: P
         assert [w.step - windows[0].step for w in windows] == [0, 4, 8]  # 4 steps a block, each released once
         assert all(w.window_throughput_samples_s > 0 for w in windows)
         assert _stopped(ranks)
+        # Each block's end woke the tuner through the pipe rank 0 writes as it parks (it did not look for it).
+        assert run.wake is not None and run.wake.woken >= 3
+    finally:
+        run.close()
+        launcher.close()
+    assert not wait_no_leftovers(run.trial_dir, within_s=10)
+    assert not (run.trial_dir / WAKE_FILE).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["raise", "hang"])
+def test_a_paced_run_that_crashes_or_hangs_in_a_block_fails_it(tmp_path: Path, fault: str) -> None:
+    sd = make_study(tmp_path / fault, fault, workload_args={"fault": fault, "at_step": 24})
+    spec = load_spec(str(sd.file))
+    config = study_space(spec).default_config(spec.baseline)
+    launcher = WarmLauncher()
+    run = PacedRun(launcher, plan_for(spec, config).model_copy(update={"pace_steps": 4}), tmp_path / fault / "t")
+    try:
+        run.start(60)
+        with pytest.raises(PacedRunFailed) as failed:
+            for _ in range(8):  # the fault fires after a block or more
+                run.block(5)
+        assert 1 <= run.blocks < 6
+        expected = "crashed (exit status" if fault == "raise" else f"no end of block {run.blocks + 1} within its time"
+        assert str(failed.value).startswith(expected), failed.value
     finally:
         run.close()
         launcher.close()
@@ -76,3 +107,24 @@ def test_autotune_run_races_the_best_configurations_against_the_baseline(tmp_pat
     payload = json.loads(best.stdout)
     assert payload["confirmation"]["method"] == "race" and payload["confirmation"]["rounds"] == len(race["rounds"])
     assert_nothing_left(study, sd)
+
+
+def test_a_race_records_each_entrants_heartbeat_every_interval_not_every_block(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'beats.db'}", heartbeat_interval=HEARTBEAT_INTERVAL_S)
+    study = optuna.create_study(storage=storage)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Optuna's note that heartbeats are meant for optimize()
+        trials = [study.ask(), study.ask()]
+    recorded: list[int] = []
+    monkeypatch.setattr(optuna_private.storage_of(study), "record_heartbeat", recorded.append)
+    now = [0.0]
+    beat = heartbeats(study, lambda: now[0])
+    for _ in range(20):  # 20 rounds of 0.1 s blocks: 2 s
+        for trial in trials:
+            beat(trial)
+            now[0] += 0.1
+    assert len(recorded) == 2  # each entrant's first, and none again within HEARTBEAT_INTERVAL_S
+    now[0] += HEARTBEAT_INTERVAL_S
+    beat(trials[0])
+    assert len(recorded) == 3
