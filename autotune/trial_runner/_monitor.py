@@ -22,6 +22,7 @@ from autotune.trial_runner._noise import noise_source, trial_noise_scale
 from autotune.trial_runner._plan import (
     APPLIED_FILE,
     HEARTBEAT_FILE,
+    LEFT_BY_A_RUN,
     METRICS_FILE,
     TrialPlan,
 )
@@ -205,8 +206,9 @@ class Monitor:
 
 def prepare_trial_folder(plan: TrialPlan, trial_dir: Path) -> TrialPlan:
     """The plan as launched now by this process (launch time, the tuner's pid, the collective timeout after
-    the first step), written with an empty heartbeat into ``trial_dir``. A folder that cannot be written (a full
-    disk, a file in its way) is a LaunchError: nothing was started."""
+    the first step), written with an empty heartbeat into ``trial_dir``, once what an earlier run left there is
+    removed (:data:`LEFT_BY_A_RUN`). A folder that cannot be written (a full disk, a file in its way) is a
+    LaunchError: nothing was started."""
     plan = plan.model_copy(
         update={
             "launched_at": time.time(),
@@ -216,6 +218,9 @@ def prepare_trial_folder(plan: TrialPlan, trial_dir: Path) -> TrialPlan:
     )
     try:
         trial_dir.mkdir(parents=True, exist_ok=True)
+        for pattern in LEFT_BY_A_RUN:  # a folder used before: its windows, pids and parked count are not this run's
+            for path in trial_dir.glob(pattern):
+                path.unlink()
         plan.write(trial_dir)
         (trial_dir / HEARTBEAT_FILE).touch()
     except OSError as e:

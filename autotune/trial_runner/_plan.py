@@ -22,6 +22,14 @@ WAKE_FILE = "parked.fifo"  # a paced run: rank 0 writes a byte into this pipe as
 ERRORS_DIR = "errors"
 LAUNCHER_ERR_FILE = "launcher.err"  # the launcher's own stderr (torchrun, the warm leader, srun)
 LAUNCHER_EXIT_FILE = "launcher.exit"  # the warm leader's exit status
+# What a run leaves in its trial folder. A folder used again (a study file rerun after its database was deleted
+# numbers its trials from 0 again) must not hand the new run the old one's windows, rank pids (signalled to freeze
+# or end the run), parked count (a paced block that seems to end at once) or tracebacks.
+LEFT_BY_A_RUN = (
+    METRICS_FILE, DONE_FILE, APPLIED_FILE, GATE_FILE, PARKED_FILE, WAKE_FILE, LAUNCHER_EXIT_FILE, LAUNCHER_ERR_FILE,
+    "launcher.out", "result.json", "slurm.step", "rank*.pid", "rank*.host", "rank*.log", "steps.rank*.json",
+    f"{ERRORS_DIR}/*",
+)
 
 
 class TrialPlan(BaseModel):

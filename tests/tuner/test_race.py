@@ -62,6 +62,35 @@ def test_a_paced_run_is_frozen_between_its_blocks_and_leaves_nothing(tmp_path: P
 
 
 @pytest.mark.slow
+def test_a_paced_run_in_a_folder_used_before_reads_its_own_blocks(tmp_path: Path) -> None:
+    # A study file rerun after its database was deleted numbers its trials from 0 again: the new run must not
+    # take the old one's parked count (its blocks would seem to end at once) or its windows for its own.
+    sd = make_study(tmp_path / "reused", "reused")
+    spec = load_spec(str(sd.file))
+    plan = plan_for(spec, study_space(spec).default_config(spec.baseline)).model_copy(update={"pace_steps": 4})
+    folder = tmp_path / "reused" / "t"
+    launcher = WarmLauncher()
+    try:
+        first = PacedRun(launcher, plan, folder)
+        first.start(60)
+        old = [first.block(30) for _ in range(3)]
+        first.close()
+        (folder / "rank0.pid").write_text("1")  # not a rank of the next run: it must never be signalled
+        second = PacedRun(launcher, plan, folder)
+        try:
+            second.start(60)
+            windows = [second.block(30) for _ in range(2)]
+        finally:
+            second.close()
+    finally:
+        launcher.close()
+    assert old[-1].step - old[0].step == 8
+    assert [w.step - windows[0].step for w in windows] == [0, 4]
+    assert windows[0].elapsed_s < old[-1].elapsed_s  # a new run's clock: none of the first run's windows
+    assert not wait_no_leftovers(folder, within_s=10)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["raise", "hang"])
 def test_a_paced_run_that_crashes_or_hangs_in_a_block_fails_it(tmp_path: Path, fault: str) -> None:
     sd = make_study(tmp_path / fault, fault, workload_args={"fault": fault, "at_step": 24})
