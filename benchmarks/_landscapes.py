@@ -1,5 +1,6 @@
 """Recorded landscapes (benchmarks/landscape.py's JSON) and the studies replayed on them: what the
-search-efficiency, warm-start and memory-prediction benchmarks share."""
+search-efficiency, warm-start and memory-prediction benchmarks share; and the recording of one (measure_once, used by
+landscape.py and global_batch_landscape.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import WorkloadRef, read_json, study_document
+from _common import (
+    MLP,
+    RUNS,
+    Trials,
+    WorkloadRef,
+    console,
+    knobs_label,
+    read_json,
+    seeded_shuffle,
+    stage,
+    study_document,
+)
 
 LEVEL = 0.95  # "near-best": within 95% of the grid's best throughput
 
@@ -130,3 +142,61 @@ def pruned_cost(record: dict[str, Any], window: dict[str, Any]) -> float:
     windows = record["windows"]
     teardown = max(0.0, float(record["wall_s"]) - float(windows[-1]["elapsed_s"])) if windows else 0.0
     return min(float(record["wall_s"]), float(window["elapsed_s"]) + teardown)
+
+
+def window_record(window: Any) -> dict[str, Any]:
+    return {
+        "step": window.step,
+        "elapsed_s": window.elapsed_s,
+        "throughput_samples_s": window.throughput_samples_s,
+        "window_throughput_samples_s": window.window_throughput_samples_s,
+        "peak_memory_mb": window.peak_memory_mb,
+        "loss": window.loss,
+    }
+
+
+def trial_record(knobs: dict[str, Any], config: Any, result: Any, order: int) -> dict[str, Any]:
+    from autotune.objectives import config_key
+
+    return {
+        "knobs": knobs,
+        "label": knobs_label(knobs),
+        "config_key": config_key(config.model_dump()),
+        "config": config.model_dump(),
+        "order": order,
+        "outcome": result.outcome.value,
+        "reason": result.reason,
+        "throughput_samples_s": result.throughput_samples_s,
+        "wall_s": round(result.wall_s, 4),
+        "training_span_s": round(result.training_span_s, 4),
+        "training_s": round(result.training_s, 4),
+        "time_to_first_step_s": result.time_to_first_step_s,
+        "peak_memory_mb": result.peak_memory_mb,
+        "loss": result.loss,
+        "steps": result.steps,
+        "windows": [window_record(w) for w in result.windows],
+    }
+
+
+def measure_once(space: Any, configs: list[dict[str, Any]], limits: dict[str, Any], seed: int,
+                 runs: str) -> list[dict[str, Any]]:
+    """Every configuration measured once, in a seeded order, by one warm launcher (its first trial discarded):
+    their records (:func:`trial_record`) in the order of ``configs``."""
+    order = seeded_shuffle(range(len(configs)), seed)
+    records: list[dict[str, Any] | None] = [None] * len(configs)
+    with Trials(MLP, RUNS / runs) as trials:
+        with stage("starting the warm launcher (one discarded trial)"):
+            trials.run(space.default_config(), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
+        with stage(f"measuring {len(configs)} configurations once each"):
+            for position, index in enumerate(order):
+                knobs = configs[index]
+                config = space.config(knobs)
+                result = trials.run(config, limits, "warm", tag=knobs_label(knobs).replace(" ", "_"))
+                records[index] = trial_record(knobs, config, result, position)
+                through = result.throughput_samples_s
+                console.print(
+                    f"  {position + 1:3d}/{len(configs)} gb {config.global_batch:4d} {knobs_label(knobs):44s} "
+                    f"{result.outcome.value:9s} {'-' if through is None else f'{through:,.0f}'} samples/s, "
+                    f"wall {result.wall_s:.2f} s"
+                )
+    return [r for r in records if r is not None]

@@ -31,7 +31,7 @@ from _common import (
     warn_if_busy,
     write_json,
 )
-from landscape import measure_once
+from _landscapes import measure_once
 
 SEARCH: dict[str, Any] = {
     "batch_size": {"low": 8, "high": 256}, "grad_accum": {"choices": [1, 2, 4, 8]},

@@ -24,24 +24,20 @@ from _common import (
     MLP,
     MLP_GRID,
     MLP_GRID_QUICK,
-    RUNS,
-    Trials,
     console,
     default_out,
     grid_configs,
-    knobs_label,
     machine_caption,
     machine_facts,
     make_spec,
     pct,
     print_table,
-    seeded_shuffle,
     space_of_grid,
-    stage,
     study_document,
     warn_if_busy,
     write_json,
 )
+from _landscapes import measure_once
 
 LIMITS = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_seconds": 120}  # the quickstart's trial
 LIMITS_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
@@ -66,64 +62,6 @@ MLP_GRID_LARGE_QUICK: dict[str, list[Any]] = {
 #: 10-33x slower than fp32 on this AVX2-only CPU (half the grid); over the cap a trial is a timeout, as it
 #: would be in a study with that ``max_seconds``.
 LIMITS_LARGE = {"warmup_steps": 4, "max_steps": 20, "report_every": 4, "max_seconds": 12}
-
-
-def window_record(window: Any) -> dict[str, Any]:
-    return {
-        "step": window.step,
-        "elapsed_s": window.elapsed_s,
-        "throughput_samples_s": window.throughput_samples_s,
-        "window_throughput_samples_s": window.window_throughput_samples_s,
-        "peak_memory_mb": window.peak_memory_mb,
-        "loss": window.loss,
-    }
-
-
-def trial_record(knobs: dict[str, Any], config: Any, result: Any, order: int) -> dict[str, Any]:
-    from autotune.objectives import config_key
-
-    return {
-        "knobs": knobs,
-        "label": knobs_label(knobs),
-        "config_key": config_key(config.model_dump()),
-        "config": config.model_dump(),
-        "order": order,
-        "outcome": result.outcome.value,
-        "reason": result.reason,
-        "throughput_samples_s": result.throughput_samples_s,
-        "wall_s": round(result.wall_s, 4),
-        "training_span_s": round(result.training_span_s, 4),
-        "training_s": round(result.training_s, 4),
-        "time_to_first_step_s": result.time_to_first_step_s,
-        "peak_memory_mb": result.peak_memory_mb,
-        "loss": result.loss,
-        "steps": result.steps,
-        "windows": [window_record(w) for w in result.windows],
-    }
-
-
-def measure_once(space: Any, configs: list[dict[str, Any]], limits: dict[str, Any], seed: int,
-                 runs: str) -> list[dict[str, Any]]:
-    """Every configuration measured once, in a seeded order, by one warm launcher (its first trial discarded):
-    their records (:func:`trial_record`) in the order of ``configs``."""
-    order = seeded_shuffle(range(len(configs)), seed)
-    records: list[dict[str, Any] | None] = [None] * len(configs)
-    with Trials(MLP, RUNS / runs) as trials:
-        with stage("starting the warm launcher (one discarded trial)"):
-            trials.run(space.default_config(), {"warmup_steps": 1, "max_steps": 3}, "warm", tag="warm-up")
-        with stage(f"measuring {len(configs)} configurations once each"):
-            for position, index in enumerate(order):
-                knobs = configs[index]
-                config = space.config(knobs)
-                result = trials.run(config, limits, "warm", tag=knobs_label(knobs).replace(" ", "_"))
-                records[index] = trial_record(knobs, config, result, position)
-                through = result.throughput_samples_s
-                console.print(
-                    f"  {position + 1:3d}/{len(configs)} gb {config.global_batch:4d} {knobs_label(knobs):44s} "
-                    f"{result.outcome.value:9s} {'-' if through is None else f'{through:,.0f}'} samples/s, "
-                    f"wall {result.wall_s:.2f} s"
-                )
-    return [r for r in records if r is not None]
 
 
 def study_space(grid: dict[str, list[Any]], limits: dict[str, Any]) -> Any:
