@@ -44,19 +44,12 @@ def interval(logs: list[float]) -> tuple[float, float]:
     return math.exp(mean), T95.get(len(logs), 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
 
 
-def block_steps(block_s: float, throughput: float, config: Any) -> int:
-    """The race's block length for ``config``: ``block_s`` at its throughput, at least twice its DataLoader queue
-    (autotune/tuner/_entrants.py says why)."""
-    steps = max(1, round(block_s * throughput / config.global_batch))
-    queued = config.num_workers * (config.prefetch_factor or 2) / max(1, config.grad_accum)
-    return max(steps, math.ceil(2 * queued))
-
-
 def paced_session(spec: Any, configs: dict[str, Any], whole: dict[str, float], launcher: Any, folder: Path,
                   blocks: int, rng: random.Random) -> dict[str, float]:
     """Every configuration paced at once, as in a race (one lease of the cores, all alive, one block each in a
     shuffled order per block round); each one's reading as the race takes it: its block samples over their time."""
     from autotune.trial_runner import PacedRun, plan_for
+    from autotune.tuner import block_steps
 
     runs: dict[str, Any] = {}
     samples = dict.fromkeys(configs, 0.0)

@@ -8,6 +8,7 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
+from autotune.tuner._entrants import block_steps
 from autotune.tuner._fingerprint import compare_fingerprints, describe_fingerprint, study_fingerprint
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
@@ -16,14 +17,7 @@ from autotune.tuner._prepare import prepared_launcher
 from autotune.tuner._recovery import Interrupted
 from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.tuner._results import TuneSummary, chosen, measured_groups, summarize
-from autotune.tuner._roles import (
-    FINISHED,
-    INTERRUPTED,
-    ROLE_BASELINE,
-    ROLE_CONFIRM,
-    ROLE_SEARCH,
-    counts_toward_budget,
-)
+from autotune.tuner._roles import FINISHED, INTERRUPTED, ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
 from autotune.tuner._second_look import SECOND_LOOK
 from autotune.tuner._stop_rule import STOP_AFTER, BrokenWorkload, BrokenWorkloadError, find_broken
 from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
@@ -54,6 +48,7 @@ __all__ = [
     "Tuner",
     "WarmStart",
     "attach_trial_artifacts",
+    "block_steps",
     "chosen",
     "compare_fingerprints",
     "confirmation_record",

@@ -154,7 +154,7 @@ class Heartbeat:
 
 def heartbeats(study: optuna.Study, clock: Callable[[], float]) -> Callable[[optuna.Trial], None]:
     """The heartbeat of several running trials (a race's entrants), one :class:`Heartbeat` each: a trial's is
-    recorded every HEARTBEAT_INTERVAL_S however often it is called (a race calls it after every block)."""
+    recorded once every heartbeat interval however often it is called (a race calls it after every block)."""
     beats: dict[int, Heartbeat] = {}
 
     def beat(trial: optuna.Trial) -> None:
