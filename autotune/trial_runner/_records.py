@@ -142,6 +142,7 @@ class AppliedRecord:
     allreduce_calls_first_step: int | None = None  # plan.trace: DDP all-reduce calls (tests)
     allreduce_calls_total: int | None = None
     steps: int | None = None
+    gc_frozen: int | None = None  # start-up's objects kept out of the garbage collector's scans (gc.freeze)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

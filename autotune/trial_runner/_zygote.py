@@ -15,6 +15,7 @@ its parent (the tuner) dies.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -177,6 +178,7 @@ def _reap(ranks: dict[int, int], statuses: dict[int, int], *, block: bool) -> li
 def serve() -> None:  # pragma: no cover - exercised through WarmLauncher
     set_parent_death_signal(signal.SIGTERM)
     preload()
+    gc.freeze()  # what preload imported stays out of every collection in the forks (the rank freezes the rest)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # leaders are reaped by the kernel
     out = sys.stdout
     out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
