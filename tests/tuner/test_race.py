@@ -62,6 +62,31 @@ def test_a_paced_run_is_frozen_between_its_blocks_and_leaves_nothing(tmp_path: P
 
 
 @pytest.mark.slow
+def test_a_paced_run_without_a_pipe_still_ends_its_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file system that cannot hold a FIFO (some network mounts): the tuner looks for each block's end in the
+    # parked file instead of sleeping on the pipe; the blocks are the same.
+    def no_fifo(path: object, mode: int = 0o666) -> None:
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr("autotune.trial_runner._pace.os.mkfifo", no_fifo)
+    sd = make_study(tmp_path / "nopipe", "nopipe")
+    spec = load_spec(str(sd.file))
+    plan = plan_for(spec, study_space(spec).default_config(spec.baseline)).model_copy(update={"pace_steps": 4})
+    launcher = WarmLauncher()
+    run = PacedRun(launcher, plan, tmp_path / "nopipe" / "t")
+    try:
+        run.start(60)
+        assert run.wake is None
+        windows = [run.block(30) for _ in range(3)]
+    finally:
+        run.close()
+        launcher.close()
+    assert [w.step - windows[0].step for w in windows] == [0, 4, 8]
+    assert all(w.window_throughput_samples_s > 0 for w in windows)
+    assert not wait_no_leftovers(run.trial_dir, within_s=10)
+
+
+@pytest.mark.slow
 def test_a_paced_run_in_a_folder_used_before_reads_its_own_blocks(tmp_path: Path) -> None:
     # A study file rerun after its database was deleted numbers its trials from 0 again: the new run must not
     # take the old one's parked count (its blocks would seem to end at once) or its windows for its own.
