@@ -18,7 +18,9 @@ A term the readings cannot inform is not guessed: without single-node multi-rank
 sync is unknown, without multi-node readings the node sync is; a prediction that needs an unknown term
 raises :class:`ScaleError` naming the readings it needs. Without readings of more than two ranks on one
 node, or on more than two nodes, that growth is held at 0 (the optimistic choice, stated by
-:meth:`ScaleModel.assumptions`).
+:meth:`ScaleModel.assumptions`). A cluster's network profile (:class:`SyncGrowth`, optional) multiplies the
+sync across ``N`` nodes by its ratio ``factor(N)`` (1 at 1-2 nodes): how the sync grows past two nodes,
+learned from other workloads on the cluster; without one every term is as above.
 
 Intervals come from a bootstrap: the readings are resampled with replacement and refitted, and each
 refit's prediction is multiplied by a resampled residual of the original fit, so an interval covers both
@@ -34,6 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import least_squares
+
+from autotune.scale._growth import SyncGrowth
 
 __all__ = ["Interval", "ScaleError", "ScaleModel", "ScaleParams", "StepReading"]
 
@@ -101,10 +105,18 @@ class Interval:
         return Interval(self.value * factor, self.low * factor, self.high * factor)
 
 
-def _step(p: np.ndarray, nodes: np.ndarray, ranks: np.ndarray, batch: np.ndarray, accum: np.ndarray) -> np.ndarray:
+def _step(
+    p: np.ndarray,
+    nodes: np.ndarray,
+    ranks: np.ndarray,
+    batch: np.ndarray,
+    accum: np.ndarray,
+    growth: np.ndarray | float = 1.0,
+) -> np.ndarray:
+    """The step time of each placement; ``growth`` multiplies the sync across nodes (a profile's factor)."""
     grad = p[0] + p[1] * batch
     local = p[2] + p[3] * np.maximum(ranks - 2, 0)
-    sync = np.where(nodes > 1, p[4] + p[5] * np.maximum(nodes - 2, 0), local)
+    sync = np.where(nodes > 1, (p[4] + p[5] * np.maximum(nodes - 2, 0)) * growth, local)
     sync = np.where(ranks > 1, sync, 0.0)
     gamma = p[6]
     # (g^γ + s^γ)^(1/γ) computed as g * (1 + (s/g)^γ)^(1/γ): no overflow for large γ
@@ -120,16 +132,26 @@ class _Columns:
     batch: np.ndarray
     accum: np.ndarray
     step: np.ndarray
+    growth: np.ndarray  # the profile's factor at each reading's nodes (1 without a profile)
 
     @classmethod
-    def of(cls, readings: Sequence[StepReading]) -> _Columns:
+    def of(cls, readings: Sequence[StepReading], profile: SyncGrowth | None = None) -> _Columns:
         def col(name: str) -> np.ndarray:
             return np.array([float(getattr(r, name)) for r in readings])
 
-        return cls(col("nodes"), col("ranks"), col("batch_size"), col("grad_accum"), col("step_s"))
+        nodes = col("nodes")
+        growth = np.ones_like(nodes) if profile is None else profile.factor(nodes)
+        return cls(nodes, col("ranks"), col("batch_size"), col("grad_accum"), col("step_s"), growth)
 
     def take(self, index: np.ndarray) -> _Columns:
-        return _Columns(self.nodes[index], self.ranks[index], self.batch[index], self.accum[index], self.step[index])
+        return _Columns(
+            self.nodes[index],
+            self.ranks[index],
+            self.batch[index],
+            self.accum[index],
+            self.step[index],
+            self.growth[index],
+        )
 
 
 def _free(cols: _Columns) -> np.ndarray:
@@ -162,7 +184,8 @@ def _fit(cols: _Columns, free: np.ndarray, refit: np.ndarray | None = None) -> n
     def residuals(x: np.ndarray) -> np.ndarray:
         p = fixed.copy()
         p[free] = x
-        return np.log(np.maximum(_step(p, cols.nodes, cols.ranks, cols.batch, cols.accum), 1e-12)) - log_step
+        fitted = _step(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
+        return np.log(np.maximum(fitted, 1e-12)) - log_step
 
     best: np.ndarray | None = None
     best_cost = math.inf
@@ -203,20 +226,29 @@ class ScaleModel:
     free: tuple[bool, ...]
     residuals: np.ndarray = field(repr=False)  # log(measured / fitted) of each reading
     boot: np.ndarray = field(repr=False)  # one refitted parameter vector a row
+    growth: SyncGrowth | None = None  # the cluster's network profile, when one was given
 
     @classmethod
-    def fit(cls, readings: Sequence[StepReading], *, bootstrap: int = BOOTSTRAP, seed: int = 0) -> ScaleModel:
+    def fit(
+        cls,
+        readings: Sequence[StepReading],
+        *,
+        bootstrap: int = BOOTSTRAP,
+        seed: int = 0,
+        growth: SyncGrowth | None = None,
+    ) -> ScaleModel:
         """Fit the readings; raises :class:`ScaleError` when they hold fewer than two per-rank batch sizes or
-        fewer than two rank counts (the compute line and the sync cannot be told apart without both)."""
+        fewer than two rank counts (the compute line and the sync cannot be told apart without both). With
+        ``growth`` (a cluster's network profile) the sync across nodes grows by its factor."""
         readings = tuple(readings)
         bad = [r for r in readings if not (r.step_s > 0 and r.ranks >= r.nodes >= 1 and r.batch_size >= 1)]
         if bad:
             raise ScaleError(f"a reading is not a measurement: {bad[0]}")
         check_enough(readings)
-        cols = _Columns.of(readings)
+        cols = _Columns.of(readings, growth)
         free = _free(cols)
         p = _fit(cols, free)
-        fitted = _step(p, cols.nodes, cols.ranks, cols.batch, cols.accum)
+        fitted = _step(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
         residuals = np.log(cols.step) - np.log(fitted)
         rng = np.random.default_rng(seed)
         boot = []
@@ -225,7 +257,8 @@ class ScaleModel:
             sample = cols.take(index)
             boot.append(_fit(sample, free & _free(sample), refit=p))
         params = ScaleParams(*(float(v) for v in p))
-        return cls(readings, params, tuple(bool(f) for f in free), residuals, np.array(boot).reshape(-1, 7))
+        boots = np.array(boot).reshape(-1, 7)
+        return cls(readings, params, tuple(bool(f) for f in free), residuals, boots, growth)
 
     # -- what it knows -------------------------------------------------------------------------------------
 
@@ -251,7 +284,9 @@ class ScaleModel:
         notes = []
         if self.free[2] and not self.free[3]:
             notes.append("the sync within a node does not grow past 2 ranks (no single-node readings of 3+ ranks)")
-        if self.free[4] and not self.free[5]:
+        if self.growth is not None:
+            notes.append(self.growth.describe())
+        elif self.free[4] and not self.free[5]:
             notes.append("the sync across nodes does not grow past 2 nodes (no readings on 3+ nodes)")
         return notes
 
@@ -263,11 +298,12 @@ class ScaleModel:
             raise ScaleError(f"not a placement: {ranks} ranks on {nodes} nodes, batch {batch_size} x {grad_accum}")
         if (lack := self.needs(nodes, ranks)) is not None:
             raise ScaleError(f"the model needs {lack}")
-        args = [np.array([float(v)]) for v in (nodes, ranks, batch_size, grad_accum)]
-        value = float(_step(self.params.as_array(), *args)[0])
+        n, k, b, a = (np.array([float(v)]) for v in (nodes, ranks, batch_size, grad_accum))
+        factor = 1.0 if self.growth is None else float(self.growth.factor(nodes))
+        value = float(_step(self.params.as_array(), n, k, b, a, factor)[0])
         if not len(self.boot):
             return Interval(value, value * (1 - NOISE_FLOOR), value * (1 + NOISE_FLOOR))
-        at = _step(self.boot.T, *args)  # every refit at once: a term of (7, refits) broadcasts
+        at = _step(self.boot.T, n, k, b, a, self._boot_factors(nodes, len(self.boot)))  # (7, refits) broadcasts
         noise = np.exp(np.resize(self.residuals, len(at)))  # one residual per refit, cycled over the residuals
         rng = np.random.default_rng(len(at))
         spread = at * rng.permutation(noise)
@@ -275,6 +311,14 @@ class ScaleModel:
         low, high = np.percentile(spread, [tail, 100 - tail])
         low, high = min(low, value * (1 - NOISE_FLOOR)), max(high, value * (1 + NOISE_FLOOR))
         return Interval(value, float(low), float(high))
+
+    def _boot_factors(self, nodes: int, refits: int) -> np.ndarray | float:
+        """The profile's factor for each refit: its members' in turn (a profile fitted on several workloads
+        carries their spread into the interval), else its own, else 1."""
+        if self.growth is None:
+            return 1.0
+        members = self.growth.member_factors(nodes)
+        return np.resize(members, refits) if len(members) else float(self.growth.factor(nodes))
 
     def throughput(self, nodes: int, ranks: int, batch_size: int, grad_accum: int = 1) -> Interval:
         """Predicted samples/s (global batch over step time); its low end from the step time's high end."""
