@@ -10,8 +10,8 @@ benchmark gave (nccl-tests' time at N nodes over its time at 2, at a message of 
 A ratio, not seconds: a ring all-reduce moves ``2 (K - 1) / K`` of the gradient through each link and its
 latency grows with the hops, so the seconds scale with each workload's gradient size while the ratio to the
 same workload's 2-node sync carries over. ``step`` is the change on leaving two nodes (on the Pollux traces'
-cluster the sync on 3-4 nodes is 15-25% below the 2-node sync), ``per_doubling`` the growth per doubling of
-the nodes (the latency of a tree, and of a ring's extra hops). The fitted profile keeps each workload's own
+cluster the sync on 4 nodes is 8-28% below the 2-node sync, by workload), ``per_doubling`` the growth per
+doubling of the nodes (the latency of a tree, and of a ring's extra hops). The fitted profile keeps each workload's own
 ``factor`` too (``members``): their spread is the profile's uncertainty, which a model's interval carries.
 """
 

@@ -4,6 +4,8 @@ drawn from a known growth; a model given one predicts past its own two nodes; a 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,7 +109,28 @@ def test_a_profile_that_cannot_be_fitted_or_is_not_a_ratio_is_refused() -> None:
         fit_sync_growth([workload(0.5), workload(1.0, max_nodes=2)])
     with pytest.raises(ScaleError, match="one or more workloads"):
         fit_sync_growth([])
-    with pytest.raises(ValueError, match=r"SyncGrowth.step is 0.0: .* > 0"):
+    with pytest.raises(ValueError, match=r"SyncGrowth\.step is 0\.0: .* > 0"):
         SyncGrowth(step=0.0, per_doubling=0.1)
-    with pytest.raises(ValueError, match="SyncGrowth.per_doubling is nan"):
+    with pytest.raises(ValueError, match=r"SyncGrowth\.per_doubling is nan"):
         SyncGrowth(step=1.0, per_doubling=float("nan"))
+
+
+def test_a_fitted_profile_is_its_workloads_mean() -> None:
+    profile = fit_sync_growth([workload(0.5, noise=0.02), workload(3.0, gamma=1.5, noise=0.02)])
+    assert profile.members[0] != profile.members[1]
+    assert (profile.step, profile.per_doubling) == pytest.approx(tuple(np.mean(profile.members, axis=0)))
+
+
+TRACES = Path("/work/shared/data/pollux-traces")
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="the Pollux traces are not on this machine")
+def test_on_the_pollux_traces_the_profile_brings_five_jobs_to_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference.md's figure: part (a) of benchmarks/pollux_traces.py, leave-one-job-out, 5 of 6 jobs with
+    the profile and 2 without (the medians and 90th percentiles need no bootstrap)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    pollux = importlib.import_module("pollux_traces")
+    everyone = [pollux.Job.load(TRACES / name) for name in pollux.JOBS]
+    results = [pollux.prediction(job, 0, pollux.network_profile(job, everyone))[0] for job in everyone]
+    assert sum(a["met"] for a in results) == 2
+    assert sum(a["profile_met"] for a in results) == 5
