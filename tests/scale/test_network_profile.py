@@ -124,6 +124,7 @@ def test_a_fitted_profile_is_its_workloads_mean() -> None:
 TRACES = Path("/work/shared/data/pollux-traces")
 
 
+@pytest.mark.slow  # 2-4 s at load 9, more under a heavier one
 @pytest.mark.skipif(not TRACES.is_dir(), reason="the Pollux traces are not on this machine")
 def test_on_the_pollux_traces_the_profile_brings_five_jobs_to_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/reference.md's figure: part (a) of benchmarks/pollux_traces.py, leave-one-job-out, 5 of 6 jobs with
