@@ -15,6 +15,7 @@ from autotune.search_space import BatchSplit, TrialConfig
 
 if TYPE_CHECKING:
     from autotune.objectives import ScalePlan
+    from autotune.scale import SyncGrowth
 
 __all__ = ["Calibration"]
 
@@ -237,12 +238,13 @@ class Calibration:
         """Rebuild a Calibration from :meth:`to_json` (in a rank: the helpers work, ``study`` is None)."""
         return cls(config=TrialConfig.model_validate_json(text), study=None)
 
-    def plan(self, *, nodes: int, ranks_per_node: int, top: int = 3) -> ScalePlan:
+    def plan(self, *, nodes: int, ranks_per_node: int, top: int = 3, growth: SyncGrowth | None = None) -> ScalePlan:
         """The study's best configurations predicted at ``nodes x ranks_per_node`` (``autotune plan``): each
         option's configuration, predicted samples/s with a 90% interval (and goodput once the trials carry
         a gradient noise scale), and how far past the measured scales it reaches. Raises
         :class:`~autotune.errors.UsageError` naming what is needed when the trials have too few distinct
-        scales to fit."""
+        scales to fit. ``growth``: the cluster's network profile (:class:`autotune.scale.SyncGrowth`), how the
+        sync across nodes grows past 2 nodes (``autotune plan --sync-growth``); none: it does not."""
         from autotune.errors import UsageError
         from autotune.objectives import study_scale_plan
 
@@ -251,7 +253,8 @@ class Calibration:
                 "this Calibration has no study to plan from (rebuilt from JSON); "
                 "use autotune.load_calibration(STUDY_FILE).plan(...)"
             )
-        return study_scale_plan(self.study, self.spec, nodes=nodes, ranks_per_node=ranks_per_node, top=top)
+        return study_scale_plan(self.study, self.spec, nodes=nodes, ranks_per_node=ranks_per_node, top=top,
+                                growth=growth)
 
     def summary(self) -> str:
         half = self.speedup_half_width

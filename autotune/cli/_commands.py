@@ -260,8 +260,12 @@ def status(study_file: str, storage: str | None) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Configurations to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--storage", help="Storage URL (overrides the study file).")
+@click.option("--sync-growth", metavar="STEP,PER_DOUBLING",
+              help="The cluster's network profile: the sync across N > 2 nodes is STEP + PER_DOUBLING x log2(N/2) "
+                   "times the 2-node sync (from other jobs on the cluster, or an all-reduce benchmark).")
 @handle_errors
-def plan(study_file: str, nodes: int, ranks_per_node: int, top: int, as_json: bool, storage: str | None) -> None:
+def plan(study_file: str, nodes: int, ranks_per_node: int, top: int, as_json: bool, storage: str | None,
+         sync_growth: str | None) -> None:
     """Predict the study's best configurations at NODES x RANKS_PER_NODE, a scale it may never have run.
 
     A throughput model (compute by per-rank batch, gradient sync by ranks and nodes, their overlap) is
@@ -272,7 +276,7 @@ def plan(study_file: str, nodes: int, ranks_per_node: int, top: int, as_json: bo
     """
     from autotune.cli._plan import load_plan, plan_payload, print_plan
 
-    name, scale = load_plan(study_file, nodes, ranks_per_node, storage, top)
+    name, scale = load_plan(study_file, nodes, ranks_per_node, storage, top, sync_growth)
     if as_json:
         click.echo(json.dumps(plan_payload(name, scale), indent=2))
     else:

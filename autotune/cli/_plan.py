@@ -8,18 +8,38 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from autotune.errors import UsageError
 from autotune.objectives import ScalePlan, study_scale_plan
+from autotune.scale import SyncGrowth
 from autotune.tuner import read_study
 from autotune.workload_check import load_spec
 
 
 def load_plan(
-    study_file: str, nodes: int, ranks_per_node: int, storage: str | None = None, top: int = 3
+    study_file: str, nodes: int, ranks_per_node: int, storage: str | None = None, top: int = 3,
+    sync_growth: str | None = None,
 ) -> tuple[str, ScalePlan]:
+    growth = parse_sync_growth(sync_growth) if sync_growth is not None else None
     overrides = [f"storage={storage}"] if storage else []
     spec = load_spec(study_file, overrides=overrides, check_workload=False)
     study = read_study(spec)  # reading a stored study imports no workload
-    return spec.name, study_scale_plan(study, spec, nodes=nodes, ranks_per_node=ranks_per_node, top=top)
+    return spec.name, study_scale_plan(study, spec, nodes=nodes, ranks_per_node=ranks_per_node, top=top,
+                                       growth=growth)
+
+
+def parse_sync_growth(text: str) -> SyncGrowth:
+    """``--sync-growth STEP,PER_DOUBLING`` as a profile; a :class:`UsageError` (exit 2) naming the option."""
+    parts = text.split(",")
+    try:
+        if len(parts) != 2:
+            raise ValueError("two numbers")
+        return SyncGrowth(float(parts[0]), float(parts[1]))
+    except ValueError as e:
+        detail = "" if str(e) == "two numbers" or "could not convert" in str(e) else f" ({e})"
+        raise UsageError(
+            f"--sync-growth {text!r}: give two numbers STEP,PER_DOUBLING, e.g. --sync-growth 0.82,0.15 "
+            f"(the sync across N > 2 nodes is STEP + PER_DOUBLING x log2(N/2) times the 2-node sync){detail}"
+        ) from None
 
 
 def print_plan(console: Console, name: str, plan: ScalePlan) -> None:

@@ -25,7 +25,17 @@ from optuna.trial import TrialState
 from autotune.errors import UsageError
 from autotune.objectives._choice import measured_groups
 from autotune.objectives._confirmation import Group
-from autotune.scale import BatchPlan, Reach, ScaleError, ScaleModel, StepReading, check_enough, plan_scale, reach
+from autotune.scale import (
+    BatchPlan,
+    Reach,
+    ScaleError,
+    ScaleModel,
+    StepReading,
+    SyncGrowth,
+    check_enough,
+    plan_scale,
+    reach,
+)
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
 
@@ -120,9 +130,11 @@ def scale_plan(
     global_batch: int | None = None,
     top: int = 3,
     bootstrap: int = 100,
+    growth: SyncGrowth | None = None,
 ) -> ScalePlan:
     """The study's best configurations at ``nodes x ranks_per_node`` (see the module docstring); raises
-    :class:`autotune.scale.ScaleError` (one line naming what is needed) when no fit can predict that scale."""
+    :class:`autotune.scale.ScaleError` (one line naming what is needed) when no fit can predict that scale.
+    ``growth``: the cluster's network profile, how the sync across nodes grows past 2 (none: it does not)."""
     return scale_plans(
         study,
         nodes=nodes,
@@ -131,6 +143,7 @@ def scale_plan(
         global_batch=global_batch,
         top=top,
         bootstrap=bootstrap,
+        growth=growth,
     )[0]
 
 
@@ -143,6 +156,7 @@ def scale_plans(
     global_batch: int | None = None,
     top: int = 3,
     bootstrap: int = 100,
+    growth: SyncGrowth | None = None,
 ) -> list[ScalePlan]:
     """:func:`scale_plan` at several ranks per node, each family fitted once."""
     groups = measured_groups(study, THROUGHPUT)
@@ -152,7 +166,7 @@ def scale_plans(
     families: dict[str, list[Group]] = {}
     for g in groups:
         families.setdefault(_family(g.config), []).append(g)
-    fits = [_Fitted.of(members, nodes_per_trial, bootstrap) for members in families.values()]
+    fits = [_Fitted.of(members, nodes_per_trial, bootstrap, growth) for members in families.values()]
     pooled: _Fitted | None = None
     plans = []
     for per_node in ranks_per_node:
@@ -164,7 +178,7 @@ def scale_plans(
             elif why:
                 skipped.append(why)
         if not options:  # no family alone: every reading together, the other knobs as noise
-            pooled = pooled or _Fitted.of(groups, nodes_per_trial, bootstrap, pooled=True)
+            pooled = pooled or _Fitted.of(groups, nodes_per_trial, bootstrap, growth, pooled=True)
             option, why = pooled.option(nodes, per_node, global_batch, noise)
             if option is None:
                 raise ScaleError(why)
@@ -185,11 +199,13 @@ class _Fitted:
     pooled: bool = False
 
     @classmethod
-    def of(cls, members: Sequence[Group], nodes_per_trial: int, bootstrap: int, pooled: bool = False) -> _Fitted:
+    def of(cls, members: Sequence[Group], nodes_per_trial: int, bootstrap: int, growth: SyncGrowth | None = None,
+           pooled: bool = False) -> _Fitted:
         readings = _readings(members, nodes_per_trial)
         try:
             check_enough(readings)
-            return cls(members, len(readings), ScaleModel.fit(readings, bootstrap=bootstrap), "", pooled)
+            model = ScaleModel.fit(readings, bootstrap=bootstrap, growth=growth)
+            return cls(members, len(readings), model, "", pooled)
         except ScaleError as e:
             return cls(members, len(readings), None, str(e), pooled)
 
@@ -237,7 +253,8 @@ def held_global_batch(spec: StudySpec) -> int | None:
 
 
 def study_scale_plan(
-    study: optuna.Study, spec: StudySpec, *, nodes: int, ranks_per_node: int, top: int = 3, bootstrap: int = 100
+    study: optuna.Study, spec: StudySpec, *, nodes: int, ranks_per_node: int, top: int = 3, bootstrap: int = 100,
+    growth: SyncGrowth | None = None,
 ) -> ScalePlan:
     """:func:`scale_plan` for a study of ``spec``: its trials ran on ``launcher.nodes`` nodes each, and a
     global batch it holds is held at the new scale too. Raises :class:`UsageError` (exit 2) naming the study
@@ -253,6 +270,7 @@ def study_scale_plan(
             global_batch=held_global_batch(spec),
             top=top,
             bootstrap=bootstrap,
+            growth=growth,
         )
     except ScaleError as e:
         raise UsageError(f"{spec.source}: {e}") from None

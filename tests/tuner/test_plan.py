@@ -144,6 +144,40 @@ def test_a_two_node_study_plans_sixteen_nodes_and_says_what_it_assumed(study_dir
     assert abs(best["throughput_samples_s"]["value"] / truth - 1) < 0.05
 
 
+def test_a_network_profile_carries_the_sync_growth_a_two_node_study_cannot_see(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    space = {"batch_size": {"choices": [8, 32, 64]}, "world_size": {"choices": [2, 4, 8]}}
+    sd = study_dir("plan-profile", search_space=space, trial=TRIAL, launcher={"kind": "slurm", "nodes": 2},
+                   baseline={"world_size": 2}, **FIXED)
+    replayed(sd, 9, nodes=2)
+    # The cluster's truth: past 2 nodes the sync across nodes is 0.8 + 0.2 x log2(N/2) times the 2-node sync
+    # (x1.4 at 16 nodes); the study, on 2 nodes, cannot see it.
+    def truth(batch: int) -> float:
+        grad, sync = 0.01 + 0.001 * batch, 0.08 * (0.8 + 0.2 * 3)
+        return 64 * batch / (grad**2 + sync**2) ** 0.5
+
+    args = ["plan", "study.yaml", "--nodes", "16", "--ranks-per-node", "4"]
+    given = sd.cli(*args, "--sync-growth", "0.8,0.2")
+    assert given.returncode == 0, given.stderr
+    assert "by the network profile (given): x1.00 at 4, x1.20 at 8, x1.40 at 16 nodes" in given.stdout
+    assert "does not grow past 2 nodes" not in given.stdout
+    with_profile = json.loads(sd.cli(*args, "--sync-growth", "0.8,0.2", "--json").stdout)["options"][0]
+    without = json.loads(sd.cli(*args, "--json").stdout)["options"][0]
+    # The profile scales the model's term for the sync across nodes (the 2-node readings' sync less what one
+    # node's ranks explain), the landscape the whole 2-node sync: within 8%, where the flat sync is 23% over.
+    assert abs(with_profile["throughput_samples_s"]["value"] / truth(with_profile["batch_size"]) - 1) < 0.08
+    assert without["throughput_samples_s"]["value"] / truth(without["batch_size"]) > 1.15  # a flat sync: ~23% over
+    calibration = load_calibration(str(sd.file))
+    from autotune.scale import SyncGrowth
+
+    python = calibration.plan(nodes=16, ranks_per_node=4, growth=SyncGrowth(0.8, 0.2)).options[0].plan
+    assert python.throughput.value == pytest.approx(with_profile["throughput_samples_s"]["value"], rel=1e-9)
+    for bad in ("0.8", "0.8,x", "0,0.2"):
+        out = sd.cli(*args, "--sync-growth", bad)
+        assert out.returncode == 2 and "--sync-growth" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
 def test_a_measured_noise_scale_ranks_by_goodput(local_study: StudyDir) -> None:
     """The hook for a gradient noise scale measured in trials: stored on them, it turns the ranking to goodput."""
     study = local_study.load()
