@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import json
 import math
 import os
@@ -175,6 +176,9 @@ class Trainer:
             if end.diverged:
                 outcome, reason = "diverged", f"loss became NaN/inf by step {step}"
                 break
+            if end.measure_start:  # what the warm-up built (a compiled graph, DDP's buckets, the optimizer's
+                gc.freeze()  # state) leaves the collector's scans too, as start-up's did (worker.py)
+                self.applied.gc_frozen = gc.get_freeze_count()
             if end.warmup_ended:
                 self.applied.warmup = meter.warmup.record()
                 self.write_applied()
