@@ -21,6 +21,7 @@ images workload), with the machine's CPU flags.
     python benchmarks/input_bound.py                           # images: about 4 minutes on 2 cores
     python benchmarks/input_bound.py --workload text_shards
     python benchmarks/input_bound.py --quick                   # smoke run: about a minute
+    python benchmarks/input_bound.py --arg file_size=320 --chosen batch_size=64   # another balance, another arm
 """
 
 from __future__ import annotations
@@ -63,6 +64,19 @@ def cpu_flags() -> list[str]:
             if line.startswith("flags"):
                 return line.split(":", 1)[1].split()
     return []
+
+
+def key_values(pairs: list[str], option: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, each value read as YAML (``320`` an int, ``true`` a bool)."""
+    import yaml
+
+    parsed: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: {option} {pair!r}: expected KEY=VALUE")
+        parsed[key] = yaml.safe_load(value)
+    return parsed
 
 
 def per_sample_costs(workload: WorkloadRef, samples: int) -> dict[str, float]:
@@ -140,12 +154,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of the second arm (default 2)")
     parser.add_argument("--repeats", type=int, default=None, help="trials per arm (default 5; quick: 2)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short trials, 2 repeats")
+    parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="a workload argument (YAML value), e.g. --arg file_size=320; repeatable")
+    parser.add_argument("--chosen", action="append", default=[], metavar="KNOB=VALUE",
+                        help="a knob of the workers' arm besides num_workers (YAML value), e.g. --chosen batch_size=64")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     started = time.monotonic()
     machine = {**machine_facts(), "cpu_flags": cpu_flags()}
     warn_if_busy(machine)
     workload = WORKLOADS[args.workload]
+    workload = WorkloadRef(workload.entrypoint, {**workload.args, **key_values(args.arg, "--arg")})
     repeats = args.repeats or (2 if args.quick else 5)
     limits = LIMITS_QUICK if args.quick else LIMITS
     costs = per_sample_costs(workload, 32 if args.quick else 128)
@@ -159,7 +178,7 @@ def main() -> None:
     arms = {
         "default": {},
         "default_1thread": {"threads_per_rank": 1},
-        f"workers{args.workers}": {"num_workers": args.workers},
+        f"workers{args.workers}": {"num_workers": args.workers, **key_values(args.chosen, "--chosen")},
     }
     runs = measure(workload, arms, repeats, limits)
     stats: dict[str, dict[str, Any]] = {}
