@@ -13,7 +13,7 @@ from rich.table import Table
 from autotune.cli._run_summary import noise_lines
 from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
-from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, measured_groups, pooled_sd
+from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, reading_noise
 from autotune.search_space import BatchSplit
 from autotune.spec import StudySpec
 from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, describe_fingerprint, read_study, summarize, warm_start_line
@@ -143,8 +143,9 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
                       f"(pid {worker.get('pid', '?')})")
     # A trial's windows share its run's luck: whole runs of one configuration scatter several times more than
     # one run's windows say (benchmarks/trial_scatter.py). Once the study has re-measured a configuration, a
-    # trial's ± is that of a configuration measured once (objectives' half_width with the pooled deviation).
-    pooled = pooled_sd(g.values for g in measured_groups(study, "throughput_samples_s"))
+    # trial's ± is that of a configuration measured once (objectives' half_width with the pooled deviation of
+    # whole readings: a race entrant's paced blocks are another measurement, as for the pruner's margin).
+    pooled = reading_noise(study.get_trials(deepcopy=False), "throughput_samples_s")
     table = Table(box=None, header_style="dim")
     for name in ("#", "role", "outcome", "samples/s", "±", "MB", "loss", "load"):
         table.add_column(name, no_wrap=True)  # short figures; the reason takes what is left of the line
