@@ -47,7 +47,7 @@ from autotune.tuner._second_look import SECOND_LOOK, queue_second_look
 from autotune.tuner._stop_rule import check as check_broken_workload
 from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
-from autotune.tuner._telling import pruning_hook, run_guarded, tell, tell_unless_stale
+from autotune.tuner._telling import Untold, pruning_hook, run_guarded, tell, tell_unless_stale
 from autotune.tuner._warm_start import warm_start
 from autotune.tuner._writes import set_user_attrs
 
@@ -94,6 +94,7 @@ class Tuner:
         self.identity = worker_identity()
         self._artifacts = TrialArtifacts(spec)
         self._handed_over = False  # the GP's hand-over to TPE was said in this run
+        self._mine = Untold()  # this run's trials, asked for and not yet told: what a Ctrl-C/SIGTERM records
 
     # -- public ---------------------------------------------------------------------------------------
     def open(self) -> optuna.Study:
@@ -122,6 +123,8 @@ class Tuner:
                 with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
                     if mine:
                         self.confirm(study, launcher, deadline=deadline)
+            except (Interrupted, KeyboardInterrupt) as stop:
+                raise self._mine.stopped(stop) from None
             finally:
                 if self.launcher is None:
                     launcher.close()
@@ -212,7 +215,7 @@ class Tuner:
             line = queue_second_look(study, self.spec)
             if line:
                 self.observer.note(line)
-            return ask(study)
+            return self._mine.own(study, ask(study))
 
     # -- recovery and baseline ------------------------------------------------------------------------
     def recover(self, study: optuna.Study) -> list[int]:
@@ -239,7 +242,7 @@ class Tuner:
         trial: optuna.Trial | None = None,
     ) -> TrialResult:
         prepared = time.time()
-        trial = trial or ask(study)
+        trial = trial or self._mine.own(study, ask(study))
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
         config, prediction = self._configure(study, trial, role)
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
@@ -312,6 +315,7 @@ class Tuner:
         """Store the result on the trial (docs/storage.md), its files as artifacts, and finish it with the
         right state."""
         tell(self.spec, study, trial, result, self._artifacts)
+        self._mine.told(trial)
 
     # -- confirmation -----------------------------------------------------------------------------------
     def confirm(self, study: optuna.Study, launcher: Launcher, *, deadline: float | None = None) -> None:
@@ -332,7 +336,7 @@ class Tuner:
 
         def enter(group: Group) -> optuna.Trial:
             queue(group, race=True)
-            trial = ask(study)
+            trial = self._mine.own(study, ask(study))
             record_params(self.space, trial, TrialConfig.model_validate(group.config))
             set_user_attrs(trial, {"config_key": config_key(group.config), "worker": self.identity})
             return trial

@@ -177,6 +177,33 @@ def tell_interrupted(
         retry(study, study.get_trials(deepcopy=False)[trial.number])
 
 
+class Untold:
+    """A run's trials from Optuna's ask until they are told, so that Ctrl-C or SIGTERM records them wherever it
+    lands: while the next trial is claimed and configured, while one launches or trains, while its result is
+    told, while a race's entrants start one after another (not only inside the launch, which
+    :func:`run_guarded` covers)."""
+
+    def __init__(self) -> None:
+        self._trials: dict[int, tuple[optuna.Study, optuna.Trial]] = {}
+
+    def own(self, study: optuna.Study, trial: optuna.Trial) -> optuna.Trial:
+        self._trials[trial.number] = (study, trial)
+        return trial
+
+    def told(self, trial: optuna.Trial) -> None:
+        self._trials.pop(trial.number, None)
+
+    def stopped(self, stop: BaseException) -> Interrupted:
+        """Record every trial not yet told as interrupted (a search trial queued again with its configuration;
+        one already recorded, by :func:`run_guarded` or the race, is left as it is), so that none is left
+        RUNNING; then the :class:`Interrupted` to raise, saying whether a trial was stopped."""
+        stopped = sorted(self._trials)
+        for number in stopped:
+            study, trial = self._trials.pop(number)
+            tell_interrupted(study, trial)
+        return Interrupted(stop.exit_code if isinstance(stop, Interrupted) else 130, trial_stopped=bool(stopped))
+
+
 def pruning_hook(
     spec: StudySpec, study: optuna.Study, trial: optuna.Trial, *, prune: bool
 ) -> Callable[[Window], bool] | None:

@@ -127,3 +127,56 @@ def test_sigterm_to_a_launcher_in_calibrate_stops_the_trial_then_reaches_the_lau
     assert not (sd.folder / "returned").exists()
     _check_recorded(sd, 0)
     assert_nothing_left(sd, started)
+
+
+def _wait_folder(proc: subprocess.Popen[bytes], sd: StudyDir, number: int, log: Path, name: str = "") -> Path:
+    """Trial ``number``'s folder (holding ``name``) once it appears: polled every 5 ms, so a signal sent then lands
+    in what follows (a race entrant's start, a result's tell)."""
+    folder = sd.trial_dir(number)
+    deadline = time.monotonic() + 180
+    while not (folder / name).exists() if name else not folder.is_dir():
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {folder.name}:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"{folder.name} never came:\n{log.read_text()}"
+        time.sleep(0.005)
+    return folder
+
+
+def _none_left_running(sd: StudyDir, text: str) -> None:
+    """What `interrupted: the running trial was stopped and recorded` promises: no trial of the stopped run is
+    still RUNNING in the study (else `status` shows it running, and a worker on another host waits out its
+    heartbeat's grace period before it is failed)."""
+    trials = sd.load().get_trials(deepcopy=False)
+    running = [(t.number, t.user_attrs.get("role")) for t in trials if t.state == TrialState.RUNNING]
+    assert not running, f"left RUNNING after the exit: {running}\n{text}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_sigterm_as_a_trial_is_told_or_the_next_one_asked_leaves_no_trial_running(
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path
+) -> None:
+    # Between a trial's end (its result.json written) and the next trial's launch the tuner stores the result,
+    # asks Optuna for the next trial and configures it: a SIGTERM there left the trial RUNNING (to be failed only
+    # by a later run) while `autotune run` said it was recorded. Four rounds, each stopped 0-30 ms after a result.
+    sd = make_study("tell-preempted", workload_args={"sleep_s": 0.02}, trial={"max_steps": 12, "report_every": 4},
+                    search_space=SPACE, sampler={"name": "random", "seed": 5})
+    jitters = [0.0, 0.01, 0.02, 0.03]
+    for i, jitter in enumerate(jitters):
+        log = tmp_path / f"round{i}.log"
+        before = len(sd.load().get_trials(deepcopy=False)) if i else 0
+        tuner = sd.popen("run", "study.yaml", "--n-trials", "12", log=log)
+        # the first trial this round finishes: its result written, the tuner about to store it
+        _wait_folder(tuner, sd, before, log, "result.json")
+        time.sleep(jitter)
+        code, took = _stop(tuner)
+        text = log.read_text()
+        assert code == 143, text
+        assert took < GRACE_S, f"took {took:.1f} s to stop"
+        assert "Traceback" not in text, text
+        _none_left_running(sd, text)
+    assert_nothing_left(sd, started)
+    again = sd.cli("run", "study.yaml", "--n-trials", "12")
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = sd.load().get_trials(deepcopy=False)
+    assert sum(counts_toward_budget(t) for t in trials) == 12
+    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
