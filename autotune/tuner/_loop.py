@@ -39,6 +39,7 @@ from autotune.tuner._recovery import (
     others_at_work,
     recover,
     signals_as_interrupts,
+    supersede_queued_confirmations,
     worker_identity,
 )
 from autotune.tuner._results import TuneSummary, summarize
@@ -139,6 +140,7 @@ class Tuner:
             loader = self._prepare(launcher)
             study = self.open()
             self.recover(study)
+            supersede_queued_confirmations(study, self.url)  # unless another run is confirming now
             for line in others_at_work(study, self.identity):  # a second run on one study says so
                 self.observer.note(line)
             with study_lock(self.url, study.study_name):  # workers started together queue one baseline
@@ -322,6 +324,7 @@ class Tuner:
         """Race the top configurations against the baseline where the launcher paces its runs
         (:mod:`autotune.tuner._race`), else re-measure them and the baseline, interleaved
         (:mod:`autotune.tuner._confirmation`). Nothing expected to end past ``deadline`` is started."""
+        supersede_queued_confirmations(study)  # each run below is queued and taken at once: none may be ahead
 
         def queue(group: Group, race: bool = False) -> None:
             config = TrialConfig.model_validate(group.config)

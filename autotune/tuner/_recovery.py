@@ -23,8 +23,8 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
-from autotune.tuner._roles import INTERRUPTED
-from autotune.tuner._storage import grace_period_s, heartbeat_interval_s
+from autotune.tuner._roles import INTERRUPTED, ROLE_CONFIRM
+from autotune.tuner._storage import grace_period_s, heartbeat_interval_s, study_lock
 
 
 class Interrupted(BaseException):
@@ -121,10 +121,37 @@ def others_at_work(study: optuna.Study, identity: dict[str, Any]) -> list[str]:
 
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Queue ``trial``'s configuration again, in its role, marked as a retry of it."""
+    """Queue ``trial``'s configuration again, in its role, marked as a retry of it. A confirmation run is not
+    queued again: the next confirmation chooses its own runs (a race its entrants) from the study as it is then,
+    and a queued one would be taken by that confirmation's ask in place of the run it queued."""
+    if trial.user_attrs.get("role") == ROLE_CONFIRM:
+        return
     attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "config", "confirms")}
     attrs["retry_of"] = trial.number
     study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
+
+
+def supersede_queued_confirmations(study: optuna.Study, url: str | None = None) -> list[int]:
+    """Fail the confirmation runs still queued (WAITING) by an earlier run that stopped between queueing one and
+    taking it, or by Optuna's retry of a stale one: a confirmation queues each of its runs and takes it at once,
+    and Optuna hands out the oldest queued trial first (to the next confirmation, or to a search trial's ask).
+    With ``url`` (the caller does not confirm), only while no run holds the study's confirmation lock: a run
+    confirming now has its own run queued. Returns their numbers."""
+    if url is not None:
+        with study_lock(url, f"{study.study_name}:confirm", wait=False) as free:
+            return supersede_queued_confirmations(study) if free else []
+    storage = optuna_private.storage_of(study)
+    superseded = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if trial.user_attrs.get("role") != ROLE_CONFIRM:
+            continue
+        trial_id = optuna_private.trial_id(trial)
+        storage.set_trial_user_attr(trial_id, "outcome", INTERRUPTED)
+        storage.set_trial_user_attr(trial_id, "reason", "a confirmation run queued by an earlier run that stopped; "
+                                    "the next confirmation queued its own")
+        if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+            superseded.append(trial.number)
+    return superseded
 
 
 def ask(study: optuna.Study) -> optuna.Trial:

@@ -151,6 +151,43 @@ def _none_left_running(sd: StudyDir, text: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_as_the_confirmation_race_starts_records_its_entrants_and_the_rerun_races_afresh(
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path
+) -> None:
+    # The race's entrants are trials of their own (role confirm), started one after another; SIGTERM lands while
+    # the first starts. Every entrant is recorded as interrupted and none is queued again: the next run's race
+    # chooses its entrants afresh. (A queued entrant was taken by the next race's ask in place of the trial that
+    # race had queued: a trial stored with one configuration's params and another's config_key, and the queued
+    # ones left WAITING for good.)
+    sd = make_study("race-preempted", workload_args={"sleep_s": 0.02}, trial={"max_steps": 20, "report_every": 4},
+                    search_space=SPACE, sampler={"name": "random", "seed": 5}, confirm={"top_k": 2})
+    log = tmp_path / "run.log"
+    tuner = sd.popen("run", "study.yaml", "--n-trials", "3", log=log)
+    _wait_folder(tuner, sd, 3, log)  # trial #3: the race's first entrant, being started
+    code, took = _stop(tuner)
+    text = log.read_text()
+    assert code == 143, text
+    assert took < GRACE_S, f"took {took:.1f} s to stop"
+    assert "Traceback" not in text and "interrupted: the running trial was stopped and recorded" in text, text
+    _none_left_running(sd, text)
+    trials = sd.load().get_trials(deepcopy=False)
+    assert not [t.number for t in trials if t.state == TrialState.WAITING], "an entrant was queued again"
+    assert_nothing_left(sd, started)
+
+    again = sd.cli("run", "study.yaml", "--n-trials", "3")
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = sd.load().get_trials(deepcopy=False)
+    assert not [t.number for t in trials if not t.state.is_finished()], [(t.number, t.state) for t in trials]
+    for t in trials:  # each stored confirmation ran the configuration it names, and its params are that one's
+        if t.user_attrs.get("role") == "confirm" and t.state == TrialState.COMPLETE:
+            confirmed = trials[t.user_attrs["confirms"]]
+            assert t.user_attrs["config_key"] == confirmed.user_attrs["config_key"], (t.number, confirmed.number)
+            assert t.params == confirmed.params, (t.number, t.params, confirmed.params)
+    assert sd.load().user_attrs.get("autotune_confirmation")
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigterm_as_a_trial_is_told_or_the_next_one_asked_leaves_no_trial_running(
     make_study: Callable[..., StudyDir], started: float, tmp_path: Path
@@ -180,3 +217,37 @@ def test_sigterm_as_a_trial_is_told_or_the_next_one_asked_leaves_no_trial_runnin
     trials = sd.load().get_trials(deepcopy=False)
     assert sum(counts_toward_budget(t) for t in trials) == 12
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_confirmation_run_left_queued_is_superseded_not_measured_in_place_of_another(
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path
+) -> None:
+    # A confirmation run left WAITING (its run stopped between queueing it and taking it; Optuna's retry of a
+    # stale one; an earlier autotune's interrupted race) would be handed to the next ask, a search trial's or a
+    # confirmation's, in place of the trial that ask was for. The next run fails it as superseded instead.
+    sd = make_study("left-queued", workload_args={"sleep_s": 0.02}, trial={"max_steps": 12, "report_every": 4},
+                    search_space=SPACE, sampler={"name": "random", "seed": 5}, confirm={"top_k": 0})
+    first = sd.cli("run", "study.yaml", "--n-trials", "3")
+    assert first.returncode == 0, first.stdout + first.stderr
+    study = sd.load()
+    done = study.get_trials(deepcopy=False)
+    study.enqueue_trial(done[1].params, skip_if_exists=False, user_attrs={
+        "role": "confirm", "config": done[1].user_attrs["config"], "confirms": 2, "race": True})
+    stale = len(done)
+
+    again = sd.cli("run", "study.yaml", "--n-trials", "4", "--set", "confirm.top_k=2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = sd.load().get_trials(deepcopy=False)
+    assert trials[stale].state == TrialState.FAIL and trials[stale].user_attrs["outcome"] == "interrupted"
+    assert "superseded" in trials[stale].user_attrs["reason"] or "queued by an earlier run" in trials[stale].user_attrs[
+        "reason"]
+    assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
+    assert sum(counts_toward_budget(t) for t in trials) == 4
+    confirms = [t for t in trials if t.user_attrs.get("role") == "confirm" and t.state == TrialState.COMPLETE]
+    assert confirms, again.stdout
+    for t in confirms:
+        confirmed = trials[t.user_attrs["confirms"]]
+        assert t.user_attrs["config_key"] == confirmed.user_attrs["config_key"], (t.number, confirmed.number)
+    assert_nothing_left(sd, started)
