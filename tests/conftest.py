@@ -212,17 +212,19 @@ def _install_real_parts(config: pytest.Config, items: list[pytest.Item]) -> None
 
 def _put_group_in_node_id(item: pytest.Item) -> None:
     """``tests/x.py::test@slurm``: the suffix pytest-xdist's loadgroup scheduler groups by (the groups of the
-    test's xdist_group marks, joined by ``_``; a SLURM test is in group ``slurm`` without a mark).
+    test's xdist_group marks, joined by ``_``). A SLURM test is in group ``slurm`` alone, marked or not: in any
+    other group it would run on another worker, which would start a second cluster.
 
-    pytest-xdist 3.8 appends it itself by writing ``item._nodeid``, which pytest 8 reads for ``item.nodeid``;
-    pytest 9.2 reads ``item._id`` (a NodeId) instead, so the suffix never reached the scheduler and grouped
-    tests ran on any worker. Here it goes into whichever of the two ``nodeid`` reads (private names of pytest:
-    checked with pytest 8 and 9.2, xdist 3.8); a pytest that keeps it elsewhere stops the run here, and
-    tests/test_suite_parallel.py fails if the groups do not hold."""
-    if "slurm" in _parts_of(item) and not any(m.args[:1] == ("slurm",) for m in item.iter_markers("xdist_group")):
-        item.add_marker(pytest.mark.xdist_group("slurm"))
-    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                     for m in item.iter_markers("xdist_group")})
+    pytest-xdist 3.8 appends the suffix itself by writing ``item._nodeid``, which pytest 8 read for
+    ``item.nodeid``; pytest 9.2 reads ``item._id`` (a NodeId) instead, so the suffix never reached the
+    scheduler and grouped tests ran on any worker. Here it goes into whichever of the two ``nodeid`` reads
+    (private names of pytest; checked with pytest 9.2 and xdist 3.8); a pytest that keeps it elsewhere stops
+    the run here, and tests/test_suite_parallel.py fails if the groups do not hold."""
+    if "slurm" in _parts_of(item):
+        groups = ["slurm"]
+    else:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
     if not groups:
         return
     suffix = "@" + "_".join(groups)

@@ -38,6 +38,11 @@ def test_slurm(n):
 def test_timing(n):
     pass
 
+@pytest.mark.real("slurm")
+@pytest.mark.xdist_group("timing")
+def test_slurm_timed():
+    pass
+
 @pytest.mark.parametrize("n", range(8))
 def test_free(n):
     pass
@@ -58,12 +63,13 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(runs) == 16, runs
+    assert len(runs) == 17, runs
     workers: dict[str, set[str]] = defaultdict(set)
     for run in runs:
         name = run["id"].split("::")[1].split("[")[0]
-        suffix = {"test_slurm": "@slurm", "test_timing": "@timing", "test_free": "]"}[name]
-        assert run["id"].endswith(suffix), run  # the scheduler groups by this suffix of the node id
-        workers[name].add(run["worker"])
+        # the scheduler groups by this suffix of the node id; a SLURM test is in group slurm alone
+        suffix = {"test_slurm": "@slurm", "test_slurm_timed": "@slurm", "test_timing": "@timing", "test_free": "]"}
+        assert run["id"].endswith(suffix[name]), run
+        workers[name.removesuffix("_timed")].add(run["worker"])
     assert len(workers["test_slurm"]) == 1 and len(workers["test_timing"]) == 1, dict(workers)
     assert len(workers["test_slurm"] | workers["test_timing"] | workers["test_free"]) == 2, dict(workers)
