@@ -120,6 +120,11 @@ _STDERR_FD: list[int] = []  # the terminal's stderr, kept while pytest's capture
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real(part): the test runs a real part (postgresql, slurm, chromium)")
     _STDERR_FD.append(os.dup(2))  # fd 2 is a capture file while a test runs
+    # A shell ignores SIGINT for what it starts in the background (`pytest &` in a script, nohup), and an
+    # ignored signal stays ignored in every process started from here: the tests' `autotune run` would not
+    # see the Ctrl-C a test sends it (tests/tuner/test_interruptions.py). A user's process gets it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _parts_of(item: pytest.Item) -> set[str]:
