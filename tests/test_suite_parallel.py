@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -66,7 +67,7 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
     assert len(runs) == 17, runs
     workers: dict[str, set[str]] = defaultdict(set)
     for run in runs:
-        name = run["id"].split("::")[1].split("[")[0]
+        name = re.split(r"[\[@]", run["id"].split("::")[1])[0]
         # the scheduler groups by this suffix of the node id; a SLURM test is in group slurm alone
         suffix = {"test_slurm": "@slurm", "test_slurm_timed": "@slurm", "test_timing": "@timing", "test_free": "]"}
         assert run["id"].endswith(suffix[name]), run
