@@ -12,12 +12,18 @@ skipped real-part test is a failure.
 
 Every test session also gets a lease folder of its own (AUTOTUNE_LEASE_DIR), so its trials never wait
 for trials of another session on the same machine.
+
+In parallel (`python -m pytest -n 3 --dist loadgroup`, pytest-xdist; README's test section) every worker is
+a session of its own: its own PostgreSQL, lease folder and warm zygote. Tests of one xdist group run on one
+worker, one after another: group `slurm` holds every test of a SLURM cluster (so one worker starts it, once),
+group `timing` the tests that assert wall-clock bounds (marked in their files).
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import fcntl
 import glob
 import os
 import shutil
@@ -114,6 +120,11 @@ _STDERR_FD: list[int] = []  # the terminal's stderr, kept while pytest's capture
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real(part): the test runs a real part (postgresql, slurm, chromium)")
     _STDERR_FD.append(os.dup(2))  # fd 2 is a capture file while a test runs
+    # A shell ignores SIGINT for what it starts in the background (`pytest &` in a script, nohup), and an
+    # ignored signal stays ignored in every process started from here: the tests' `autotune run` would not
+    # see the Ctrl-C a test sends it (tests/tuner/test_interruptions.py). A user's process gets it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _parts_of(item: pytest.Item) -> set[str]:
@@ -161,14 +172,38 @@ def _install(config: pytest.Config, parts: list[str]) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _one_session_at_a_time(name: str) -> Iterator[None]:
+    """An exclusive lock on a file in the temp folder. pytest-xdist's workers each collect the tests and would
+    each run the installation gate: the first installs, the others wait and then find the parts present. The
+    wait is bounded by the holder's: apt-get's steps have timeouts, and the lock goes with its process."""
+    with (Path(tempfile.gettempdir()) / f"autotune-test-{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Before the first test: every real part the collected tests need is installed, or the run stops."""
+    """Before the first test: every real part the collected tests need is installed, or the run stops. Under
+    pytest-xdist's --dist loadgroup, each test's group is in its node id, where the scheduler reads it."""
+    _install_real_parts(config, items)
+    if getattr(config, "workerinput", None) is not None and config.getvalue("loadgroup"):
+        for item in items:
+            _put_group_in_node_id(item)
+
+
+def _install_real_parts(config: pytest.Config, items: list[pytest.Item]) -> None:
     needed = sorted({part for item in items for part in _parts_of(item)})
-    missing = [name for name in needed if not _present(name)]
-    if not missing or os.environ.get(SKIP_REAL) == "1":
+    if not needed or os.environ.get(SKIP_REAL) == "1" or all(_present(name) for name in needed):
         return
-    why = _install(config, missing)
-    still = [name for name in missing if not _present(name)]
+    with _one_session_at_a_time("apt"):
+        missing = [name for name in needed if not _present(name)]  # again: another worker may have installed them
+        if not missing:
+            return
+        why = _install(config, missing)
+        still = [name for name in missing if not _present(name)]
     if not still:
         return
     packages = " ".join(p for name in still for p in REAL_PARTS[name].packages)
@@ -178,6 +213,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         f"run `sudo apt-get install {packages}` and try again, or set {SKIP_REAL}=1 to run without those tests",
         returncode=2,
     )
+
+
+def _put_group_in_node_id(item: pytest.Item) -> None:
+    """``tests/x.py::test@slurm``: the suffix pytest-xdist's loadgroup scheduler groups by (the groups of the
+    test's xdist_group marks, joined by ``_``). A SLURM test is in group ``slurm`` alone, marked or not: in any
+    other group it would run on another worker, which would start a second cluster.
+
+    pytest-xdist 3.8 appends the suffix itself by writing ``item._nodeid``, which pytest 8 read for
+    ``item.nodeid``; pytest 9.2 reads ``item._id`` (a NodeId) instead, so the suffix never reached the
+    scheduler and grouped tests ran on any worker. Here it goes into whichever of the two ``nodeid`` reads
+    (private names of pytest; checked with pytest 9.2 and xdist 3.8); a pytest that keeps it elsewhere stops
+    the run here, and tests/test_suite_parallel.py fails if the groups do not hold."""
+    if "slurm" in _parts_of(item):
+        groups = ["slurm"]
+    else:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+    if not groups:
+        return
+    suffix = "@" + "_".join(groups)
+    if item.nodeid.endswith(suffix):  # pytest-xdist's own suffix took
+        return
+    grouped = item.nodeid + suffix
+    node_id = getattr(item, "_id", None)
+    if node_id is not None and not isinstance(node_id, str):  # pytest 9.2: a NodeId
+        item._id = type(node_id).parse(grouped)
+    else:
+        item._nodeid = grouped
+    if item.nodeid != grouped:
+        raise pytest.UsageError(f"{item.nodeid}: cannot add its xdist group to its node id with this pytest "
+                                "(tests/conftest.py, _put_group_in_node_id)")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -48,7 +48,7 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     """How one trial went. A failed one shows the workload's exception and the user's file:line first;
     autotune's own frames only with ``debug``."""
     style = OUTCOME_STYLE.get(result.outcome.value, "white")
-    console.print(f"[bold {style}]{result.outcome.value}[/]  {escape(result.reason)}")
+    console.print(f"[bold {style}]{result.outcome.value}[/]  {escape(result.reason)}", soft_wrap=True)
     shown = _print_workload_error(console, result.error_lines, debug, result.trial_dir)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("config", config.short())
@@ -71,7 +71,7 @@ def print_trial_result(console: Console, config: TrialConfig, result: TrialResul
     if result.error_lines and not shown:
         console.print("[dim]last error lines:[/]")
         for line in result.error_lines[-8:]:
-            console.print(f"  {line}", markup=False, highlight=False)
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def noise_cell(config: TrialConfig, result: TrialResult) -> str:
@@ -100,28 +100,31 @@ def anatomy_cell(a: StepAnatomy) -> str:
 
 def _print_workload_error(console: Console, lines: list[str], debug: bool, trial_dir: str = "") -> bool:
     """The recorded traceback, the workload's part first: exception, user's file:line, the frames outside
-    autotune. Returns False when the lines hold no traceback (they are then printed as they are)."""
+    autotune. Returns False when the lines hold no traceback (they are then printed as they are).
+
+    Every line is soft-wrapped: Rich never breaks it at the console's width (80 columns where the output is
+    no terminal), so a FILE:LINE stays whole for an editor or grep to read; a terminal wraps it on screen."""
     from autotune.tracebacks import parse_lines, recorded_where
 
     parsed = parse_lines(lines) if lines else None
     if parsed is None:
         return False
-    console.print(f"[bold]{escape(parsed.exception)}[/]", highlight=False)
+    console.print(f"[bold]{escape(parsed.exception)}[/]", highlight=False, soft_wrap=True)
     if parsed.user is not None:
-        console.print(f"  at {escape(parsed.user.where())}", highlight=False)
+        console.print(f"  at {escape(parsed.user.where())}", highlight=False, soft_wrap=True)
         if parsed.user.source:
-            console.print(f"    {parsed.user.source}", markup=False, highlight=False)
+            console.print(f"    {parsed.user.source}", markup=False, highlight=False, soft_wrap=True)
     elif where := recorded_where(trial_dir):  # the user's frame lies deeper than the lines kept
-        console.print(f"  at {escape(where)}", highlight=False)
+        console.print(f"  at {escape(where)}", highlight=False, soft_wrap=True)
     if debug:
         console.print("[dim]traceback (as the rank recorded it):[/]")
         for line in parsed.all_lines:
-            console.print(f"  {line}", markup=False, highlight=False)
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     else:
         if parsed.user_lines:
             console.print("[dim]traceback outside autotune:[/]")
             for line in parsed.user_lines[-10:]:
-                console.print(f"  {line}", markup=False, highlight=False)
+                console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
         console.print("[dim](autotune's own frames are hidden; --debug shows them)[/]")
     return True
 

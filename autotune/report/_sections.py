@@ -134,12 +134,26 @@ def write_pngs(sections: Sequence[Section], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     drawn = [(s.key, s.figure) for s in sections if s.figure is not None]
     paths = [folder / f"{key}.png" for key, _ in drawn]
-    figures = [figure for _, figure in drawn]
-    heights = [int(f.layout.height or HEIGHT) for f in figures]
-    if hasattr(pio, "write_images"):  # plotly >= 6.1: one browser for every figure
-        pio.write_images(figures, [str(p) for p in paths], width=[1200] * len(figures), height=heights)
-    else:
-        for figure, p, height in zip(figures, paths, heights, strict=True):
-            pio.write_image(figure, str(p), width=1200, height=height)
-    return paths
+    for path in paths:
+        path.unlink(missing_ok=True)  # an older export's file is not this one's
+    # plotly's write_images hands kaleido's failures back unraised (a figure whose render timed out on a busy
+    # machine is simply not written): what is missing is exported once more, then named.
+    pending = list(range(len(drawn)))
+    for _ in range(2):
+        figures = [drawn[i][1] for i in pending]
+        heights = [int(f.layout.height or HEIGHT) for f in figures]
+        if hasattr(pio, "write_images"):  # plotly >= 6.1: one browser for every figure
+            pio.write_images(figures, [str(paths[i]) for i in pending], width=[1200] * len(figures), height=heights)
+        else:
+            for figure, i, height in zip(figures, pending, heights, strict=True):
+                pio.write_image(figure, str(paths[i]), width=1200, height=height)
+        pending = [i for i in pending if not paths[i].exists()]
+        if not pending:
+            return paths
+    from autotune.errors import AutotuneError
+
+    missing = ", ".join(paths[i].name for i in pending)
+    raise AutotuneError(f"--png {folder}: kaleido wrote no {missing}, twice (Chromium: "
+                        f"{os.environ.get('BROWSER_PATH', 'found by kaleido')}; on a busy machine a render can time "
+                        "out): run the report again")
 

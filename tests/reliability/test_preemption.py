@@ -21,6 +21,9 @@ from autotune.tuner import counts_toward_budget
 
 from .conftest import StudyDir, assert_nothing_left
 
+# pytest-xdist: one worker runs these one after another (a stopped trial must end within GRACE_S)
+pytestmark = pytest.mark.xdist_group("timing")
+
 GRACE_S = 10.0
 # every loss call sleeps 100 ms: a trial of 60 steps trains for about 6 s, long enough to be caught mid-way
 SLOW = {"workload_args": {"sleep_s": 0.1}, "trial": {"max_steps": 60, "report_every": 4}}

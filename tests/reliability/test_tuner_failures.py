@@ -24,6 +24,9 @@ from tests.tuner.conftest import finished_snapshot
 
 from .conftest import StudyDir, assert_nothing_left, marked_processes
 
+# pytest-xdist: one worker runs these one after another (SIGKILLs are timed into trials of about a second)
+pytestmark = pytest.mark.xdist_group("timing")
+
 SEED = 20240611
 N_TRIALS = 8
 # sleep_s: every loss call sleeps 60 ms, so a trial trains for about a second and can be hit mid-way.

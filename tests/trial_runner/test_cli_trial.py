@@ -105,29 +105,35 @@ def test_tuner_killed_with_sigkill_takes_its_trial_along(tmp_path: Path) -> None
             tuner.kill()
 
 
-def _trial(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _trial(study: Path, *args: str, columns: str | None = "200") -> subprocess.CompletedProcess[str]:
     """`autotune [ARGS[0]] trial STUDY ARGS[1:]` in this process (tests/_cli.py): what these tests read is the
-    command's answer; test_trial_json_reports_outcome_metrics_and_config starts it as a process."""
+    command's answer; test_trial_json_reports_outcome_metrics_and_config starts it as a process. ``columns``:
+    the COLUMNS variable (None: unset, so output that is no terminal is 80 columns wide, as in a pipe)."""
     head = [a for a in args[:1] if a]
-    out = autotune(*head, "trial", str(study), *args[1:], env={"COLUMNS": "200"})
+    out = autotune(*head, "trial", str(study), *args[1:], env={"COLUMNS": columns})
     return subprocess.CompletedProcess(["autotune", *head, "trial"], out.exit_code, out.stdout, out.stderr)
 
 
 @pytest.mark.slow
 def test_a_crashed_trial_exits_1_and_shows_the_workloads_error_first(tmp_path: Path) -> None:
-    # --set takes a study-file key too: the workload's argument turns the fault on for this trial only.
-    study = _study(tmp_path, max_steps=6)
-    out = _trial(study, "", "--set", "workload.args.fault=raise", "--set", "trial.max_steps=4")
+    # --set takes a study-file key too: the workload's argument turns the fault on for this trial only. The
+    # folder's long name takes the `at FILE:LINE` line past 80 columns, the width of output that is no
+    # terminal (a pipe, a log file): the line stays whole all the same.
+    folder = tmp_path / "a-folder-whose-name-is-long-enough-to-take-the-path-past-eighty-columns"
+    folder.mkdir()
+    study = _study(folder, max_steps=6)
+    out = _trial(study, "", "--set", "workload.args.fault=raise", "--set", "trial.max_steps=4", columns=None)
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("crashed  rank ") and "RuntimeError: injected failure" in lines[0]
     assert lines[1].startswith("RuntimeError: injected failure on rank 0")
-    faulty = tmp_path / "faulty.py"
+    faulty = folder / "faulty.py"
     line_no = next(i for i, ln in enumerate(faulty.read_text().splitlines(), 1) if "injected failure" in ln)
-    assert lines[2].strip() == f"at {faulty}:{line_no} in __call__"
+    assert len(lines[2]) > 80 and lines[2].strip() == f"at {faulty}:{line_no} in __call__"
     assert "worker.py" not in out.stdout and "_training.py" not in out.stdout  # autotune's frames: --debug
     assert "--debug shows them" in out.stdout
-    debug = _trial(study, "--debug", "--set", "workload.args.fault=raise", "--set", "trial.max_steps=4")
+    debug = _trial(study, "--debug", "--set", "workload.args.fault=raise", "--set", "trial.max_steps=4",
+                   columns=None)
     assert debug.returncode == 1
     assert "_training.py" in debug.stdout and f"at {faulty}:{line_no}" in debug.stdout
     assert "raise" not in study.read_text()  # an override never edits the file

@@ -30,6 +30,9 @@ from autotune.workload_check import load_spec
 
 from .conftest import StudyDir
 
+# pytest-xdist: one worker runs these one after another (real ranks: the choice at least as fast as the baseline)
+pytestmark = pytest.mark.xdist_group("timing")
+
 SPACE = {
     "batch_size": {"choices": [8, 16, 32, 64, 128]},  # the workload's base batch is 32
     "num_workers": {"low": 0, "high": 2},

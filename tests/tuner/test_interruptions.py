@@ -18,6 +18,9 @@ from tests._processes import processes_in
 
 from .conftest import StudyDir, assert_nothing_left, budget_trials, finished_snapshot
 
+# pytest-xdist: one worker runs these one after another (a stopped tuner must end within seconds)
+pytestmark = pytest.mark.xdist_group("timing")
+
 # fault: slow sleeps 50 ms in every loss call: a trial of 40 steps trains for about 2 s.
 SLOW = {"workload_args": {"fault": "slow", "at_step": 1}, "trial": {"max_steps": 40, "report_every": 4}}
 

@@ -1,0 +1,76 @@
+"""The suite in parallel (`python -m pytest -n 3 --dist loadgroup`, README): tests of one group run on one worker.
+
+Group `slurm` holds every SLURM test (one worker starts the session's cluster, once), group `timing` the tests
+that assert wall-clock bounds (tests/conftest.py). This runs tests/conftest.py on a few tests of each kind
+under two pytest-xdist workers, each test recording its node id and its worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TESTS = '''
+import json, os
+import pytest
+
+@pytest.fixture(autouse=True)
+def _record(request):
+    yield
+    with open(os.environ["GROUPS_LOG"], "a") as log:
+        log.write(json.dumps({"id": request.node.nodeid, "worker": os.environ["PYTEST_XDIST_WORKER"]}) + "\\n")
+
+@pytest.mark.real("slurm")
+@pytest.mark.parametrize("n", range(4))
+def test_slurm(n):
+    pass
+
+@pytest.mark.xdist_group("timing")
+@pytest.mark.parametrize("n", range(4))
+def test_timing(n):
+    pass
+
+@pytest.mark.real("slurm")
+@pytest.mark.xdist_group("timing")
+def test_slurm_timed():
+    pass
+
+@pytest.mark.parametrize("n", range(8))
+def test_free(n):
+    pass
+'''
+
+
+@pytest.mark.slow  # two workers, each importing the conftest's autotune: seconds
+@pytest.mark.real("slurm")  # the conftest's gate wants SLURM for a test marked real("slurm"), as in the suite
+def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
+    (tmp_path / "test_groups.py").write_text(TESTS)
+    log = tmp_path / "groups.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not this run's xdist worker
+    env |= {"PYTHONPATH": str(ROOT), "GROUPS_LOG": str(log)}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+         "-n", "2", "--dist", "loadgroup", "--max-worker-restart=0", "test_groups.py"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env, check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(runs) == 17, runs
+    workers: dict[str, set[str]] = defaultdict(set)
+    for run in runs:
+        name = re.split(r"[\[@]", run["id"].split("::")[1])[0]
+        # the scheduler groups by this suffix of the node id; a SLURM test is in group slurm alone
+        suffix = {"test_slurm": "@slurm", "test_slurm_timed": "@slurm", "test_timing": "@timing", "test_free": "]"}
+        assert run["id"].endswith(suffix[name]), run
+        workers[name.removesuffix("_timed")].add(run["worker"])
+    assert len(workers["test_slurm"]) == 1 and len(workers["test_timing"]) == 1, dict(workers)
+    assert len(workers["test_slurm"] | workers["test_timing"] | workers["test_free"]) == 2, dict(workers)
