@@ -103,7 +103,11 @@ def _verdict(console: Console, summary: Any) -> None:
     floor = _loss_floor_line(summary.study, best, base)
     if floor:
         console.print(f"[dim]{floor}[/]")
-    if summary.default_is_best:
+    if summary.confirming_elsewhere:  # its verdict comes from the run confirming it, not from this one
+        console.print(escape(f"{summary.confirming_elsewhere} is confirming the best configurations now: this choice "
+                             "is not confirmed yet; `autotune best` shows the confirmed one once that run ends"),
+                      highlight=False, soft_wrap=True)
+    elif summary.default_is_best:
         console.print("[bold]the default configuration is the best measured[/]: nothing beat the baseline by more "
                       "than the measured spread; keep your defaults")
     elif summary.speedup is not None:
@@ -160,6 +164,8 @@ def _noise(group: Any) -> str:
 
 
 def _confirmed_by(summary: Any) -> str:
+    if getattr(summary, "confirming_elsewhere", None):
+        return " (not confirmed yet: another run is confirming)"
     if not summary.confirmed:
         return ""
     return " (confirmed by a race)" if summary.study.user_attrs.get("autotune_race") else " (confirmed by re-runs)"

@@ -129,7 +129,7 @@ class Tuner:
             finally:
                 if self.launcher is None:
                     launcher.close()
-        summary = summarize(study, self.spec)
+        summary = summarize(study, self.spec, confirming_elsewhere=not mine)  # mine: the confirmation lock
         self.observer.finished(summary)
         return summary
 

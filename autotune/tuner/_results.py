@@ -10,12 +10,13 @@ import contextlib
 from dataclasses import dataclass, field
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.objectives import Choice, Group, choose
 from autotune.objectives import measured_groups as _measured_groups
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec, held_global_batches, stored_global_batches
-from autotune.tuner._roles import FINISHED
+from autotune.tuner._roles import FINISHED, ROLE_CONFIRM
 
 
 @dataclass
@@ -39,6 +40,8 @@ class TuneSummary:
     left_out: tuple[int, ...] = ()  # the baseline's far-off first trial, re-measured rather than averaged in
     advice: str | None = None  # Choice.advice: a race left its two leaders tied; what more rounds would take
     global_batch_held: tuple[int, ...] = ()  # constraints.global_batch: every trial ran one of these global batches
+    # Another run sharing the study holds its confirmation now (who, in words): this choice is not confirmed yet.
+    confirming_elsewhere: str | None = None
 
     @property
     def metric(self) -> str:
@@ -56,8 +59,9 @@ def chosen(study: optuna.Study, spec: StudySpec) -> Choice:
     return choose(study, first.key, first.direction or "maximize")
 
 
-def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
-    """What the study has found so far: its one choice (confirmed once confirmation runs measured it)."""
+def summarize(study: optuna.Study, spec: StudySpec, *, confirming_elsewhere: bool = False) -> TuneSummary:
+    """What the study has found so far: its one choice (confirmed once confirmation runs measured it).
+    ``confirming_elsewhere``: another run sharing the study held its confirmation lock when this one finished."""
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in trials:
@@ -88,7 +92,17 @@ def summarize(study: optuna.Study, spec: StudySpec) -> TuneSummary:
         left_out=choice.left_out,
         advice=choice.advice,
         global_batch_held=_held(study, spec),
+        confirming_elsewhere=_confirmer(study) if confirming_elsewhere and not choice.confirmed else None,
     )
+
+
+def _confirmer(study: optuna.Study) -> str:
+    """The run confirming the study now, in words: its pid and host once one of its confirmation runs started."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = t.user_attrs.get("worker")
+        if t.user_attrs.get("role") == ROLE_CONFIRM and isinstance(worker, dict):
+            return f"another autotune run (pid {worker.get('pid')} on {worker.get('host')})"
+    return "another autotune run"
 
 
 def _held(study: optuna.Study, spec: StudySpec) -> tuple[int, ...]:
