@@ -16,7 +16,15 @@ from autotune.errors import UsageError
 from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, reading_noise
 from autotune.search_space import BatchSplit
 from autotune.spec import StudySpec
-from autotune.tuner import FINGERPRINT_ATTR, TuneSummary, describe_fingerprint, read_study, summarize, warm_start_line
+from autotune.tuner import (
+    FINGERPRINT_ATTR,
+    TuneSummary,
+    describe_fingerprint,
+    gone_from_here,
+    read_study,
+    summarize,
+    warm_start_line,
+)
 from autotune.workload_check import load_spec
 
 
@@ -139,8 +147,10 @@ def print_status(console: Console, study_file: str, storage: str | None = None) 
     for t in running:
         started = t.datetime_start.timestamp() if t.datetime_start else now
         worker = t.user_attrs.get("worker", {})
-        console.print(f"running: #{t.number} for {now - started:.0f} s on {worker.get('host', '?')} "
-                      f"(pid {worker.get('pid', '?')})")
+        gone = ("; that run is gone: the next `autotune run` records it as interrupted and runs it again"
+                if gone_from_here(worker) else "")
+        console.print(escape(f"running: #{t.number} for {now - started:.0f} s on {worker.get('host', '?')} "
+                             f"(pid {worker.get('pid', '?')}{gone})"), highlight=False, soft_wrap=True)
     # A trial's windows share its run's luck: whole runs of one configuration scatter several times more than
     # one run's windows say (benchmarks/trial_scatter.py). Once the study has re-measured a configuration, a
     # trial's ± is that of a configuration measured once (objectives' half_width with the pooled deviation of

@@ -14,7 +14,7 @@ from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
 from autotune.tuner._prepare import prepared_launcher
-from autotune.tuner._recovery import Interrupted
+from autotune.tuner._recovery import Interrupted, gone_from_here
 from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.tuner._results import TuneSummary, chosen, measured_groups, summarize
 from autotune.tuner._roles import FINISHED, INTERRUPTED, ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
@@ -56,6 +56,7 @@ __all__ = [
     "describe_fingerprint",
     "feasible",
     "find_broken",
+    "gone_from_here",
     "machine_facts",
     "make_storage",
     "measured_groups",

@@ -62,6 +62,12 @@ def _alive(worker: dict[str, Any]) -> bool:
         return False
 
 
+def gone_from_here(worker: object) -> bool:
+    """Whether a trial's recorded tuner (its ``worker`` attribute) ran on this host and no longer exists: its
+    trial, still RUNNING in the study, runs nowhere (the next run fails it and queues it again)."""
+    return isinstance(worker, dict) and worker.get("host") == socket.gethostname() and not _alive(worker)
+
+
 def _orphaned(trial: FrozenTrial) -> bool:
     """A running trial no tuner has recorded itself on, for longer than the heartbeat grace period."""
     if trial.datetime_start is None:

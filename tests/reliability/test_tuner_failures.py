@@ -211,3 +211,25 @@ def test_a_trial_folder_that_cannot_be_written_is_one_line_exit_1_and_no_corrupt
     baseline = [t for t in trials if t.user_attrs.get("role") == "baseline" and counts_toward_budget(t)]
     assert len(baseline) == 1 and baseline[0].user_attrs["outcome"] == "complete"
     assert baseline[0].user_attrs["retry_of"] == first.number
+
+
+@pytest.mark.slow
+def test_status_says_a_running_trial_whose_run_is_gone_runs_nowhere(
+    make_study: Callable[..., StudyDir], started: float, tmp_path: Path
+) -> None:
+    # A tuner SIGKILLed mid-trial (or stopped by a full disk under its SQLite study, which then cannot record the
+    # trial) leaves it RUNNING in the study. `status` said "running: #0 for N s on HOST (pid P)" however long ago
+    # P died; it now says that run is gone and what the next run does with the trial.
+    sd = make_study("gone", search_space=SPACE, sampler={"name": "random", "seed": 2}, **SLOW)
+    tuner = sd.popen("run", "study.yaml", "--n-trials", "2", log=tmp_path / "run.log")
+    assert kill_at(tuner, sd, "training", 0.2) == "killed"
+    assert_nothing_left(sd, started)
+    status = sd.cli("status", "study.yaml")
+    text = " ".join(status.stdout.split())
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "running: #0 for " in text and f"(pid {tuner.pid}; that run is gone: the next `autotune run` records it " \
+        "as interrupted and runs it again)" in text, status.stdout
+    again = sd.cli("run", "study.yaml", "--n-trials", "2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    status = sd.cli("status", "study.yaml")
+    assert "running: #" not in status.stdout and "interrupted: 1" in status.stdout, status.stdout
