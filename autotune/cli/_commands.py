@@ -293,8 +293,9 @@ def _stamp() -> str:
 @click.argument("study_file", type=click.Path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the HTML file.")
 @click.option("--png", "png_dir", type=click.Path(file_okay=False), help="Also write each figure as PNG here.")
+@click.option("--storage", help="Storage URL (overrides the study file).")
 @handle_errors
-def report(study_file: str, output: str | None, png_dir: str | None) -> None:
+def report(study_file: str, output: str | None, png_dir: str | None, storage: str | None) -> None:
     """Write the study's offline HTML report: one self-contained file (plotly.js inlined).
 
     The default path is STUDY_FILE's folder/../dashboards/NAME.html when that dashboards folder exists
@@ -304,7 +305,7 @@ def report(study_file: str, output: str | None, png_dir: str | None) -> None:
     from autotune.report import write_report
     from autotune.workload_check import load_spec
 
-    spec = load_spec(study_file, check_workload=False)
+    spec = load_spec(study_file, _storage_override(storage, ()), check_workload=False)
     path = write_report(spec, path=output, png_dir=png_dir)
     click.echo(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     if png_dir:

@@ -71,20 +71,24 @@ def read_trials(db: Path) -> list[optuna.trial.FrozenTrial]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("storage", ["in_the_folder", "elsewhere"])
+@pytest.mark.parametrize("storage", ["in_the_folder", "elsewhere", "elsewhere_by_option"])
 def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_once_freed(
     small_disk: Path, study_env: dict[str, str], tmp_path: Path, started: float, storage: str
 ) -> None:
-    url = None if storage == "in_the_folder" else f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    url = elsewhere if storage == "elsewhere" else None
+    # elsewhere_by_option: the study file names no storage; every command is given `--storage URL`, as workers
+    # sharing one database are (`report` had no --storage: such a study could not be reported)
+    option = ["--storage", elsewhere] if storage == "elsewhere_by_option" else []
     slow = tmp_path / "slow"  # the trials are slow (6 s) while it exists: the first run's is caught mid-way
     slow.touch()
     sd: StudyDir = write_study(small_disk / "study", "full", study_env,
                                workload_args={**SLOW["workload_args"], "sleep_while": str(slow)},
                                trial=SLOW["trial"], search_space=SPACE,
                                sampler={"name": "random", "seed": 0}, **({"storage": url} if url else {}))
-    db = sd.db if url is None else tmp_path / "elsewhere.db"
+    db = sd.db if storage == "in_the_folder" else tmp_path / "elsewhere.db"
     log = tmp_path / "run.log"
-    tuner = sd.popen("run", "study.yaml", "--n-trials", "3", log=log)
+    tuner = sd.popen("run", "study.yaml", "--n-trials", "3", *option, log=log)
     try:
         deadline = time.monotonic() + 120
         while not (sd.trial_dir(1) / "metrics.jsonl").exists():  # the baseline is stored, trial 1 trains
@@ -107,12 +111,12 @@ def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_on
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
     filler.unlink()
-    status = sd.cli("status", "study.yaml")
+    status = sd.cli("status", "study.yaml", *option)
     assert status.returncode == 0 and "complete: 1" in status.stdout, status.stdout + status.stderr
-    report = sd.cli("report", "study.yaml", "-o", str(tmp_path / "report.html"))
+    report = sd.cli("report", "study.yaml", "-o", str(tmp_path / "report.html"), *option)
     assert report.returncode == 0, report.stdout + report.stderr
     slow.unlink()  # the resume's trials need not be slow: what it shows is the stopped one run again
-    again = sd.cli("run", "study.yaml", "--n-trials", "3")
+    again = sd.cli("run", "study.yaml", "--n-trials", "3", *option)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = read_trials(db)
     assert all(t.state.is_finished() for t in trials), [(t.number, t.state) for t in trials]
