@@ -209,6 +209,9 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
         except Interrupted as stop:
             view.stop()
             what = "the running trial was stopped and recorded" if stop.trial_stopped else "no trial was running"
+            if stop.trial_stopped and not stop.recorded:
+                what = ("the running trial was stopped, but could not be recorded (the storage is unreachable): the "
+                        "next run records it as interrupted and runs it again")
             err_console.print(f"interrupted: {what}; rerun `autotune run {study_file}` to continue")
             sys.exit(stop.exit_code)
         finally:

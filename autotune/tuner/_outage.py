@@ -46,6 +46,22 @@ MAX_BACKOFF_S = 5.0
 _FULL = ("database or disk is full", "disk i/o error", "no space left on device")
 
 
+# Set while the run stops (Ctrl-C, SIGTERM, a full disk): a call that finds the storage unreachable then fails at
+# once instead of waiting, so recording the stopped trial cannot hold up the stop past its grace period.
+_STOPPING = threading.Event()
+
+
+def stop_waiting(stopping: bool = True) -> None:
+    """From now on (``stopping``) a storage call that finds the storage unreachable raises
+    :class:`StorageUnreachable` at once instead of waiting: the run is stopping, and what it cannot record now the
+    next run recovers (a trial whose tuner is gone is failed and queued again). ``False``: wait again (a run
+    starts)."""
+    if stopping:
+        _STOPPING.set()
+    else:
+        _STOPPING.clear()
+
+
 class _Down(Exception):
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
@@ -153,6 +169,9 @@ class Patience:
             try:
                 return self._once(call)
             except _Down as down:
+                if _STOPPING.is_set():
+                    raise StorageUnreachable(f"storage {self.where} is unreachable ({_reason(down.error)}) while "
+                                             "the run stops") from None
                 self._give_up_if_late(down.error)
                 self.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)

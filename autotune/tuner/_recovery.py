@@ -30,12 +30,14 @@ from autotune.tuner._storage import grace_period_s, heartbeat_interval_s, study_
 class Interrupted(BaseException):
     """Ctrl-C or SIGTERM: the running trial was stopped and recorded; ``exit_code`` is 130 or 143.
     ``trial_stopped`` is False when none of this tuner's trials was running (it stopped before or between
-    trials)."""
+    trials); ``recorded`` False when a stopped trial could not be recorded (the storage unreachable as the run
+    stopped): the next run records it."""
 
-    def __init__(self, exit_code: int, trial_stopped: bool = True) -> None:
+    def __init__(self, exit_code: int, trial_stopped: bool = True, recorded: bool = True) -> None:
         super().__init__(exit_code)
         self.exit_code = exit_code
         self.trial_stopped = trial_stopped
+        self.recorded = recorded
 
     def redeliver(self) -> None:
         """Hand the signal that stopped the run to the caller, now that the tuner's handler is gone, as if the
@@ -204,6 +206,9 @@ def signals_as_interrupts() -> Iterator[None]:
     the process ignores (SIG_IGN) stays ignored."""
     import threading
 
+    from autotune.tuner._outage import stop_waiting
+
+    stop_waiting(False)  # a run starts: an unreachable storage is waited for again (an earlier run stopped)
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         yield
         return

@@ -38,6 +38,7 @@ from autotune.pruners import DominancePruner
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import traced
+from autotune.tuner._outage import stop_waiting
 from autotune.tuner._recovery import Interrupted, retry
 from autotune.tuner._roles import INTERRUPTED
 from autotune.tuner._storage import unless_down
@@ -168,13 +169,22 @@ def _worst_value(study: optuna.Study, objective: Any) -> float:
 
 def tell_interrupted(
     study: optuna.Study, trial: optuna.Trial, reason: str = "stopped by Ctrl-C or SIGTERM; it is retried on resume",
-) -> None:
-    """Fail a trial this tuner stopped (not the configuration's fault) and queue it again."""
-    with contextlib.suppress(Exception):
+) -> bool:
+    """Fail a trial this tuner stopped (not the configuration's fault) and queue it again. The run is stopping:
+    an unreachable storage is not waited for (:func:`~autotune.tuner._outage.stop_waiting`). False when the trial
+    could not be recorded: it stays RUNNING until the next run fails it (its tuner gone) and queues it again."""
+    stop_waiting()
+    try:
         trial.set_user_attr("outcome", INTERRUPTED)
         trial.set_user_attr("reason", reason)
         study.tell(trial, state=TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return True  # already finished: recorded before (run_guarded, the race), or failed as stale elsewhere
+    except Exception:
+        return False
+    with contextlib.suppress(Exception):
         retry(study, study.get_trials(deepcopy=False)[trial.number])
+    return True
 
 
 class Untold:
@@ -198,10 +208,9 @@ class Untold:
         one already recorded, by :func:`run_guarded` or the race, is left as it is), so that none is left
         RUNNING; then the :class:`Interrupted` to raise, saying whether a trial was stopped."""
         stopped = sorted(self._trials)
-        for number in stopped:
-            study, trial = self._trials.pop(number)
-            tell_interrupted(study, trial)
-        return Interrupted(stop.exit_code if isinstance(stop, Interrupted) else 130, trial_stopped=bool(stopped))
+        recorded = [tell_interrupted(*self._trials.pop(number)) for number in stopped]
+        return Interrupted(stop.exit_code if isinstance(stop, Interrupted) else 130, trial_stopped=bool(stopped),
+                           recorded=all(recorded))
 
 
 def pruning_hook(
