@@ -60,7 +60,7 @@ def test_calibrate_returns_the_studys_choice(calibrated: tuple[autotune.Calibrat
     assert calibration.speedup is not None and calibration.baseline_throughput_samples_s
 
 
-@pytest.mark.slow  # the module's calibrated study (~35 s) runs for these
+@pytest.mark.slow  # the module's calibrated study (~10 s) runs for these
 def test_helpers_build_a_working_dataloader_and_ddp_model(
     calibrated: tuple[autotune.Calibration, Path], tmp_path: Path
 ) -> None:
@@ -86,7 +86,7 @@ def test_helpers_build_a_working_dataloader_and_ddp_model(
     assert again.config == cfg and again.dataloader_kwargs() == calibration.dataloader_kwargs()
 
 
-@pytest.mark.slow  # the module's calibrated study (~35 s) runs for these
+@pytest.mark.slow  # the module's calibrated study (~10 s) runs for these
 def test_load_calibration_reads_without_running(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, study = calibrated
     loaded = autotune.load_calibration(study)
