@@ -35,7 +35,7 @@ trial: {warmup_steps: 2, max_steps: 10, max_seconds: 40, report_every: 2}
 sampler: {name: random, seed: 3}
 pruner: {name: none}
 budget: {n_trials: 3}
-confirm: {top_k: 1, repeats: 1}
+confirm: {top_k: 1, rounds: 4}  # the least: the calibration is under test, not the race (24 rounds: 35 s)
 """
     )
     return study
@@ -60,7 +60,7 @@ def test_calibrate_returns_the_studys_choice(calibrated: tuple[autotune.Calibrat
     assert calibration.speedup is not None and calibration.baseline_throughput_samples_s
 
 
-@pytest.mark.slow  # the module's calibrated study (~35 s) runs for these
+@pytest.mark.slow  # the module's calibrated study (~10 s) runs for these
 def test_helpers_build_a_working_dataloader_and_ddp_model(
     calibrated: tuple[autotune.Calibration, Path], tmp_path: Path
 ) -> None:
@@ -86,7 +86,7 @@ def test_helpers_build_a_working_dataloader_and_ddp_model(
     assert again.config == cfg and again.dataloader_kwargs() == calibration.dataloader_kwargs()
 
 
-@pytest.mark.slow  # the module's calibrated study (~35 s) runs for these
+@pytest.mark.slow  # the module's calibrated study (~10 s) runs for these
 def test_load_calibration_reads_without_running(calibrated: tuple[autotune.Calibration, Path]) -> None:
     calibration, study = calibrated
     loaded = autotune.load_calibration(study)
@@ -105,8 +105,11 @@ def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
     example = ROOT / "studies" / "calibrated_launcher.py"
     (tmp_path / "calibrated_launcher.py").write_text(example.read_text())
     quick = (ROOT / "studies" / "quickstart.yaml").read_text()
-    quick = quick.replace("max_steps: 50", "max_steps: 15").replace("repeats: 1}", "repeats: 1, max_repeats: 1}")
-    (tmp_path / "quickstart.yaml").write_text(quick)  # one re-run each: the launcher is under test, not the noise
+    short = {"max_steps: 50": "max_steps: 15", "confirm: {top_k: 2}": "confirm: {top_k: 1, rounds: 4}"}
+    for long, shorter in short.items():
+        assert long in quick, f"studies/quickstart.yaml no longer says {long!r}: shorten its new form here"
+        quick = quick.replace(long, shorter)
+    (tmp_path / "quickstart.yaml").write_text(quick)  # a short race: the launcher is under test, not the noise
     out = subprocess.run([sys.executable, str(tmp_path / "calibrated_launcher.py"), "--n-trials", "2",
                           "--steps", "12"], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -198,7 +198,7 @@ def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., S
     # The real CLI, real torchrun ranks on a tiny model, no sampler or pruner named: the baseline reports its
     # windows, and the summary, `autotune best` and the report name one winner.
     sd = study_dir("e2e-defaults", search_space={"batch_size": {"choices": [16, 32, 64]}, "num_workers": {"low": 0,
-                   "high": 1}}, confirm={"top_k": 1, "repeats": 1}, sampler={"seed": 0})
+                   "high": 1}}, confirm={"top_k": 1, "rounds": 4}, sampler={"seed": 0})
     out = sd.cli("run", "study.yaml", "--n-trials", "5")
     assert out.returncode == 0, out.stdout + out.stderr
     study = sd.load()
@@ -224,7 +224,7 @@ def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., S
     # same decisions trial by trial (configuration, outcome, the step a pruned trial stopped at).
     records = {t.user_attrs["config_key"]: _record_of(t) for t in trials if t.user_attrs["role"] != "confirm"}
     replayed = study_dir("e2e-defaults-replayed", search_space={"batch_size": {"choices": [16, 32, 64]},
-                         "num_workers": {"low": 0, "high": 1}}, confirm={"top_k": 1, "repeats": 1},
+                         "num_workers": {"low": 0, "high": 1}}, confirm={"top_k": 1, "rounds": 4},
                          sampler={"seed": 0})
     lookup = recorded_runner(lambda config: records[config_key(config.model_dump())])
     Tuner(load_spec(str(replayed.file)), launcher=NoLaunch(), run_trial=lookup).run(n_trials=5)
