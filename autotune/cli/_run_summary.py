@@ -164,7 +164,7 @@ def _noise(group: Any) -> str:
 
 
 def _confirmed_by(summary: Any) -> str:
-    if getattr(summary, "confirming_elsewhere", None):
+    if summary.confirming_elsewhere:
         return " (not confirmed yet: another run is confirming)"
     if not summary.confirmed:
         return ""

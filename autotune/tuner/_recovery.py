@@ -101,9 +101,7 @@ def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
         else:
             continue
         try:
-            storage.set_trial_user_attr(optuna_private.trial_id(trial), "outcome", INTERRUPTED)
-            storage.set_trial_user_attr(optuna_private.trial_id(trial), "reason", reason)
-            if not storage.set_trial_state_values(optuna_private.trial_id(trial), state=TrialState.FAIL):
+            if not _fail_interrupted(storage, trial, reason):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
@@ -111,6 +109,15 @@ def recover(study: optuna.Study, identity: dict[str, Any]) -> list[int]:
         if "config" in trial.user_attrs:  # else it had not started: the budget gets a new trial instead
             retry(study, trial)
     return recovered
+
+
+def _fail_interrupted(storage: Any, trial: FrozenTrial, reason: str) -> bool:
+    """Record ``trial`` as interrupted (not its configuration's fault) and fail it in the storage; False when
+    another process finished it first."""
+    trial_id = optuna_private.trial_id(trial)
+    storage.set_trial_user_attr(trial_id, "outcome", INTERRUPTED)
+    storage.set_trial_user_attr(trial_id, "reason", reason)
+    return bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
 
 
 def others_at_work(study: optuna.Study, identity: dict[str, Any]) -> list[str]:
@@ -153,11 +160,8 @@ def supersede_queued_confirmations(study: optuna.Study, url: str | None = None) 
     for trial in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         if trial.user_attrs.get("role") != ROLE_CONFIRM:
             continue
-        trial_id = optuna_private.trial_id(trial)
-        storage.set_trial_user_attr(trial_id, "outcome", INTERRUPTED)
-        storage.set_trial_user_attr(trial_id, "reason", "a confirmation run queued by an earlier run that stopped; "
-                                    "the next confirmation queued its own")
-        if storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+        if _fail_interrupted(storage, trial, "a confirmation run queued by an earlier run that stopped; the next "
+                             "confirmation queued its own"):
             superseded.append(trial.number)
     return superseded
 
