@@ -22,11 +22,12 @@ is back. A full disk under an SQLite study
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from autotune.errors import AutotuneError, UsageError, first_line
@@ -60,6 +61,47 @@ def stop_waiting(stopping: bool = True) -> None:
         _STOPPING.set()
     else:
         _STOPPING.clear()
+
+
+# A stop (SIGTERM, Ctrl-C) that came while the main thread was inside a storage call, or inside a section that must
+# not be cut in half (asking for a trial and taking it as this run's): raised as the outermost one ends.
+_sections = 0
+_held_stop: BaseException | None = None
+
+
+def stop_unless_inside(stop: BaseException) -> None:
+    """Raise ``stop`` (a signal handler's), unless the main thread is inside :func:`whole`: then it is held and raised
+    as that ends. A storage call cut in half keeps what it had open: under SQLite a read stopped mid-fetch keeps its
+    cursor alive (in SQLAlchemy's compiled result, out of reach), and CPython's sqlite3 keeps the cursor's read lock
+    until the cursor goes, not on rollback, not on close; recording the stopped trial then waited out the 60 s busy
+    timeout and failed, a minute past any grace period."""
+    global _held_stop
+    if _sections:
+        _held_stop = stop
+        return
+    raise stop
+
+
+@contextlib.contextmanager
+def whole() -> Iterator[None]:
+    """A section of the main thread a stop does not cut (:func:`stop_unless_inside`); other threads' are not."""
+    global _sections, _held_stop
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _sections += 1
+    try:
+        yield
+    finally:
+        _sections -= 1
+        if not _sections and _held_stop is not None:
+            stop, _held_stop = _held_stop, None
+            raise stop
+
+
+def stop_held() -> bool:
+    """Whether a stop waits for the section it came in to end (a storage call waiting out an outage gives up)."""
+    return _held_stop is not None
 
 
 class _Down(Exception):
@@ -169,7 +211,7 @@ class Patience:
             try:
                 return self._once(call)
             except _Down as down:
-                if _STOPPING.is_set():
+                if _STOPPING.is_set() or stop_held():
                     raise StorageUnreachable(f"storage {self.where} is unreachable ({_reason(down.error)}) while "
                                              "the run stops") from None
                 self._give_up_if_late(down.error)
@@ -197,7 +239,8 @@ class Patience:
         if self.gave_up is not None:
             raise StorageUnreachable(self.gave_up)
         try:
-            result = call()
+            with whole():  # a stop lands after the call, not inside it
+                result = call()
         except Exception as e:
             kind = classify(e)
             if kind == "full" and self.sqlite:

@@ -42,7 +42,7 @@ class Interrupted(BaseException):
     def redeliver(self) -> None:
         """Hand the signal that stopped the run to the caller, now that the tuner's handler is gone, as if the
         tuner had not been there: SIGTERM again to this process (the caller's own handler runs, or the default
-        action ends the process), KeyboardInterrupt for Ctrl-C (the tuner never took SIGINT's handler). Returns
+        action ends the process), KeyboardInterrupt for Ctrl-C (as Python's own SIGINT handler raises it). Returns
         only when the caller's SIGTERM handler returns."""
         if self.exit_code == 143:
             signal.raise_signal(signal.SIGTERM)
@@ -206,11 +206,12 @@ def heartbeats(study: optuna.Study, clock: Callable[[], float]) -> Callable[[opt
 
 @contextlib.contextmanager
 def signals_as_interrupts() -> Iterator[None]:
-    """SIGTERM raises Interrupted(143) in the main thread (SIGINT already raises KeyboardInterrupt). A SIGTERM
-    the process ignores (SIG_IGN) stays ignored."""
+    """SIGTERM raises Interrupted(143) in the main thread, Ctrl-C KeyboardInterrupt as Python's own handler does;
+    either waits for a storage call under way to end (:func:`~autotune.tuner._outage.stop_unless_inside`). A SIGTERM
+    the process ignores (SIG_IGN) stays ignored; a caller's own SIGINT handler stays in place."""
     import threading
 
-    from autotune.tuner._outage import stop_waiting
+    from autotune.tuner._outage import stop_unless_inside, stop_waiting
 
     stop_waiting(False)  # a run starts: an unreachable storage is waited for again (an earlier run stopped)
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
@@ -218,10 +219,18 @@ def signals_as_interrupts() -> Iterator[None]:
         return
 
     def on_term(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(143)
+        stop_unless_inside(Interrupted(143))
+
+    def on_int(signum: int, frame: FrameType | None) -> None:
+        stop_unless_inside(KeyboardInterrupt())
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_int)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)

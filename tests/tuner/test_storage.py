@@ -1,20 +1,24 @@
 """The heartbeat grace period: 30 s by default, AUTOTUNE_HEARTBEAT_GRACE_S sets it (and the heartbeat interval
 with it); a running trial whose heartbeat is older than it is failed by the next worker's recovery and queued
-again, and not before. Real SQLite storage."""
+again, and not before; a stop (SIGTERM, Ctrl-C) lands between storage calls, not inside one. Real SQLite storage."""
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
+from sqlalchemy import text
 
+from autotune.compat.optuna_private import GuardedStorage, rdb_of, storage_of
 from autotune.errors import UsageError
 from autotune.tuner import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage
-from autotune.tuner._recovery import ask, recover
+from autotune.tuner._recovery import Interrupted, ask, recover, signals_as_interrupts
 from autotune.tuner._storage import grace_period_s, heartbeat_interval_s
+from autotune.tuner._telling import tell_interrupted
 
 
 def test_the_default_grace_period_and_interval(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,3 +74,38 @@ def test_autotune_run_with_a_bad_grace_period_is_one_line_exit_2(tmp_path: Path)
     errors = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "AUTOTUNE_HEARTBEAT_GRACE_S='soon'" in errors[0], out.stderr
     assert not sd.runs.exists() or not list(sd.runs.glob("trial-*"))  # stopped before any trial
+
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("signum", "stop"), [(signal.SIGTERM, Interrupted), (signal.SIGINT, KeyboardInterrupt)])
+def test_a_stop_inside_a_storage_call_lands_as_it_ends_and_the_stopped_trial_is_recorded_at_once(
+    tmp_path: Path, signum: int, stop: type[BaseException]
+) -> None:
+    # SIGTERM landed while the tuner read the study mid-fetch: the read's cursor stayed alive (in SQLAlchemy's
+    # compiled result) and held SQLite's read lock, so recording the stopped trial waited out the 60 s busy timeout,
+    # failed, and `autotune run` exited a minute past its grace period. A stop now waits for the call to end.
+    study = optuna.create_study(storage=make_storage(f"sqlite:///{tmp_path / 'study.db'}"), study_name="cut")
+    for _ in range(3):
+        study.tell(study.ask(), 1.0)
+    trial = ask(study)
+    storage = storage_of(study)
+    rdb = rdb_of(storage)
+    assert isinstance(storage, GuardedStorage) and rdb is not None
+    read: list[int] = []
+
+    def read_with_a_stop_mid_fetch() -> None:
+        rows = rdb.engine.connect().execute(text("SELECT * FROM trials"))
+        rows.fetchone()  # mid-fetch: the statement holds the read lock
+        signal.raise_signal(signum)
+        read.append(1 + len(rows.fetchall()))
+
+    with pytest.raises(stop), signals_as_interrupts():
+        try:
+            storage.guard(read_with_a_stop_mid_fetch)
+        except stop:
+            assert read == [4]  # the call ran to its end, then the stop
+            assert tell_interrupted(study, trial)
+            raise
+    stopped = study.get_trials(deepcopy=False)[trial.number]
+    assert stopped.state == TrialState.FAIL and stopped.user_attrs["outcome"] == "interrupted"
