@@ -8,7 +8,7 @@ random order (a drifting machine favours no corner), with the default (warm) lau
 benchmarks/landscape.py's format (the knobs, the TrialConfig, the outcome, the throughput, every window), so that
 studies holding either global batch can be replayed against it and their fastest split compared with the grid's.
 
-    python benchmarks/global_batch_landscape.py            # 45 configurations, about 15 minutes on 2 cores
+    python benchmarks/global_batch_landscape.py            # 45 configurations, about 5 minutes on 2 cores
     python benchmarks/global_batch_landscape.py --quick    # smoke run: global batch 32, 3 splits x 1 worker count
 """
 
