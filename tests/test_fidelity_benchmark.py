@@ -65,8 +65,8 @@ def test_trial_scatter_quick_records_scatter_and_each_trials_own_error_by_length
         values = row["samples_s"]
         assert row["cv"] == pytest.approx(statistics.stdev(values) / statistics.mean(values))
         assert row["measured_s"] > 0 and 0 < row["standard_error_median"] < 1
-    # a longer trial measures longer: the 10-step trials' measured part is longer than the 6-step ones'
-    assert results["rows"][1]["measured_s"] > results["rows"][0]["measured_s"]
+    # (which length measured longer is not asserted: a timing, and under load the 6-step trials' 3.75 s outlasted
+    # the 10-step ones' 2.99 s)
 
 
 @pytest.mark.slow

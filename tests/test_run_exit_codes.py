@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -83,7 +84,10 @@ def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(
     out = CliRunner().invoke(main, ["run", "study.yaml"])
     assert out.exit_code == 130, out.output
     assert out.output.strip().splitlines() == ["interrupted: nothing was started or recorded"]
-    zygotes = [p.cmdline() for p in psutil.Process().children(recursive=True)
-               if "autotune.trial_runner._zygote" in " ".join(p.cmdline())]  # (other fixtures' daemons may run)
+    zygotes = []  # (other fixtures' daemons may run, and an earlier test's child be a zombie not yet reaped)
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+            if "autotune.trial_runner._zygote" in " ".join(p.cmdline()):
+                zygotes.append(p.pid)
     assert not zygotes
     assert not (tmp_path / "runs").exists() and not (tmp_path / "codes.db").exists()

@@ -30,13 +30,11 @@ from autotune.tuner._confirmation import confirm, confirm_reserve_s
 from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._memory import predict_memory, prediction_attrs
 from autotune.tuner._observer import Observer
-from autotune.tuner._outage import whole
 from autotune.tuner._params import admissible_params, record_params
 from autotune.tuner._race import race_confirmation
 from autotune.tuner._recovery import (
     Heartbeat,
     Interrupted,
-    ask,
     others_at_work,
     recover,
     signals_as_interrupts,
@@ -194,11 +192,6 @@ class Tuner:
             launcher.prepare(plan_for(self.spec, self.space.default_config(self.spec.baseline)))
             return loader
 
-    def _ask(self, study: optuna.Study) -> optuna.Trial:
-        """Optuna's next trial, taken as this run's in one piece: a stop between the two left it RUNNING."""
-        with whole():
-            return self._mine.own(study, ask(study))
-
     @property
     def url(self) -> str:
         return self.storage_url or self.spec.storage_url()
@@ -223,7 +216,7 @@ class Tuner:
             line = queue_second_look(study, self.spec)
             if line:
                 self.observer.note(line)
-            return self._ask(study)
+            return self._mine.ask(study)
 
     # -- recovery and baseline ------------------------------------------------------------------------
     def recover(self, study: optuna.Study) -> list[int]:
@@ -250,7 +243,7 @@ class Tuner:
         trial: optuna.Trial | None = None,
     ) -> TrialResult:
         prepared = time.time()
-        trial = trial or self._ask(study)
+        trial = trial or self._mine.ask(study)
         role = str(trial.user_attrs.get("role", ROLE_SEARCH))
         config, prediction = self._configure(study, trial, role)
         trial_dir = self.spec.runs_dir() / f"trial-{trial.number:04d}"
@@ -345,7 +338,7 @@ class Tuner:
 
         def enter(group: Group) -> optuna.Trial:
             queue(group, race=True)
-            trial = self._ask(study)
+            trial = self._mine.ask(study)
             record_params(self.space, trial, TrialConfig.model_validate(group.config))
             set_user_attrs(trial, {"config_key": config_key(group.config), "worker": self.identity})
             return trial

@@ -38,8 +38,8 @@ from autotune.pruners import DominancePruner
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import traced
-from autotune.tuner._outage import stop_waiting
-from autotune.tuner._recovery import Interrupted, retry
+from autotune.tuner._outage import stop_waiting, whole
+from autotune.tuner._recovery import Interrupted, ask, retry
 from autotune.tuner._roles import INTERRUPTED
 from autotune.tuner._storage import unless_down
 from autotune.tuner._writes import set_user_attrs
@@ -199,6 +199,11 @@ class Untold:
     def own(self, study: optuna.Study, trial: optuna.Trial) -> optuna.Trial:
         self._trials[trial.number] = (study, trial)
         return trial
+
+    def ask(self, study: optuna.Study) -> optuna.Trial:
+        """Optuna's next trial, taken as this run's in one piece: a stop between the two left it RUNNING."""
+        with whole():
+            return self.own(study, ask(study))
 
     def told(self, trial: optuna.Trial) -> None:
         self._trials.pop(trial.number, None)
