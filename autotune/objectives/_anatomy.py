@@ -89,6 +89,7 @@ class Diagnosis:
     chosen_binds: str
     moved_by: tuple[str, ...]  # changed knobs that act on the baseline's bottleneck
     changes: Mapping[str, tuple[Any, Any]]  # every changed knob: (baseline's value, chosen value)
+    crowded: str = ""  # why the chosen configuration still waits for data, when its processes fill the cores
 
     def line(self) -> str:
         """One line: "the baseline spent 61% of a step waiting for data; the chosen configuration 4% ..."."""
@@ -101,10 +102,31 @@ class Diagnosis:
         )
         if self.moved_by:
             moves = ", ".join(f"{k} {_show(self.changes[k][0])}->{_show(self.changes[k][1])}" for k in self.moved_by)
-            return f"{text}; moved by {moves}"
-        if self.changes:
-            return f"{text}; no changed knob acts on the {self.baseline_binds}"
-        return f"{text}; the same configuration"
+            text = f"{text}; moved by {moves}"
+        elif self.changes:
+            text = f"{text}; no changed knob acts on the {self.baseline_binds}"
+        else:
+            text = f"{text}; the same configuration"
+        return f"{text}. {self.crowded}" if self.crowded else text
+
+
+#: The chosen configuration's data wait, as a share of its step, from which the diagnosis says why it still waits.
+STILL_WAITING = 0.2
+
+
+def crowded_cores(chosen: StepAnatomy, config: Mapping[str, Any], cores: int | None, nodes: int = 1) -> str:
+    """Why the chosen configuration still waits for data (>= :data:`STILL_WAITING` of a step) when its ranks and
+    their DataLoader workers are at least as many processes as a node has cores: loading then competes with the
+    ranks for the same cores, and more workers cannot feed them faster. Empty otherwise."""
+    workers, ranks = int(config.get("num_workers") or 0), max(1, int(config.get("world_size") or 1) // nodes)
+    if cores is None or chosen.data_wait_share < STILL_WAITING or ranks * (1 + workers) < cores:
+        return ""
+    return (
+        f"It still waits {chosen.data_wait_share:.0%} of a step with {ranks} rank{'s' * (ranks > 1)} and "
+        f"{ranks * workers} DataLoader worker{'s' * (ranks * workers != 1)} on {cores} cores{' a node' * (nodes > 1)}: "
+        "loading and training share every core, so more workers cannot feed it faster here; more cores or cheaper "
+        "loading would"
+    )
 
 
 def diagnose(
@@ -112,8 +134,11 @@ def diagnose(
     chosen: StepAnatomy | None,
     baseline_config: Mapping[str, Any],
     chosen_config: Mapping[str, Any],
+    cores: int | None = None,
+    nodes: int = 1,
 ) -> Diagnosis | None:
-    """The study's diagnosis; None when either configuration has no step anatomy."""
+    """The study's diagnosis; None when either configuration has no step anatomy. ``cores``: a node's CPU cores
+    (the study's machine), ``nodes`` a trial's nodes."""
     if baseline is None or chosen is None:
         return None
     changes = {
@@ -123,7 +148,8 @@ def diagnose(
     }
     binds = binding(baseline)
     moved = tuple(k for k in changes if binds in KNOB_BOTTLENECKS[k])
-    return Diagnosis(baseline, chosen, binds, binding(chosen), moved, changes)
+    crowded = crowded_cores(chosen, chosen_config, cores, nodes)
+    return Diagnosis(baseline, chosen, binds, binding(chosen), moved, changes, crowded)
 
 
 def _show(value: Any) -> str:
@@ -135,6 +161,8 @@ def study_diagnosis(study: Any, baseline: Any, chosen: Any) -> Diagnosis | None:
     not measured)."""
     if baseline is None or chosen is None:
         return None
-    return diagnose(
-        group_anatomy(study, baseline.trials), group_anatomy(study, chosen.trials), baseline.config, chosen.config
-    )
+    facts = study.user_attrs.get("autotune") or {}
+    cores = (facts.get("machine") or {}).get("cpus")
+    nodes = int(((facts.get("spec") or {}).get("launcher") or {}).get("nodes") or 1)
+    return diagnose(group_anatomy(study, baseline.trials), group_anatomy(study, chosen.trials), baseline.config,
+                    chosen.config, cores=cores if isinstance(cores, int) else None, nodes=nodes)

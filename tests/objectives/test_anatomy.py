@@ -54,6 +54,27 @@ def test_the_diagnosis_names_both_bottlenecks_and_the_knobs_that_moved_the_basel
     assert same is not None and same.line().endswith("; the same configuration")
 
 
+
+def test_a_choice_still_waiting_with_every_core_busy_is_said_to_need_cores_not_workers() -> None:
+    # studies/images.yaml on 2 cores: the choice (1 rank, 2 workers) still waited 39% of a step, bound by its
+    # computation: loading and training share both cores, and more workers cannot feed it faster there.
+    base, chosen = _anatomy(0.056, 0.011, 0.0, 0.068), _anatomy(0.057, 0.088, 0.0, 0.146)
+    configs = {"num_workers": 0, "world_size": 1}, {"num_workers": 2, "world_size": 1}
+    d = diagnose(base, chosen, *configs, cores=2)
+    assert d is not None and d.line().endswith(
+        "moved by num_workers 0->2. It still waits 39% of a step with 1 rank and 2 DataLoader workers on 2 cores: "
+        "loading and training share every core, so more workers cannot feed it faster here; more cores or cheaper "
+        "loading would"
+    )
+    # cores to spare (4 for 3 processes), an unknown machine, or a choice that hardly waits: nothing added
+    for cores, anatomy in ((4, chosen), (None, chosen), (2, _anatomy(0.01, 0.088, 0.0, 0.1))):
+        again = diagnose(base, anatomy, *configs, cores=cores)
+        assert again is not None and again.line().endswith("moved by num_workers 0->2")
+    # two nodes of 4 ranks each, 1 worker a rank, on 8 cores a node: 8 processes a node fill them
+    two_nodes = diagnose(base, chosen, {"num_workers": 0, "world_size": 8}, {"num_workers": 1, "world_size": 8},
+                         cores=8, nodes=2)
+    assert two_nodes is not None and "with 4 ranks and 4 DataLoader workers on 8 cores a node:" in two_nodes.line()
+
 def test_median_anatomy_is_per_part_and_keeps_an_unseparated_sync_unknown() -> None:
     m = median_anatomy([_anatomy(0.01, 0.02, 0.0, 0.05), _anatomy(0.03, 0.02, 0.0, 0.05),
                         _anatomy(0.02, 0.04, 0.0, 0.07)])
