@@ -3,7 +3,7 @@ live trial, and the replays of recorded or known trials (autotune/tuner/_replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from autotune.trial_result import Outcome, Window
@@ -37,4 +37,12 @@ class WindowJudge:
         if self.window_memory and budget is not None and window.peak_memory_mb > budget:
             peak = f"{self.memory_name} {window.peak_memory_mb:.0f} MB{self.memory_detail}"
             return Outcome.OOM, f"{peak} is over the budget of {budget:.0f} MB"
+        return None
+
+    def each(self, windows: Iterable[Window], seen: list[Window]) -> tuple[Outcome, str] | None:
+        """Judge ``windows`` in order, adding each to ``seen``; how the trial ends at the first that ends it."""
+        for window in windows:
+            seen.append(window)
+            if (ended := self(window)) is not None:
+                return ended
         return None

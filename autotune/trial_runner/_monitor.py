@@ -153,13 +153,14 @@ class Monitor:
         while True:
             now = self.clock()
             polls += 1
-            for window in self.tail.read():
-                verdict.windows.append(window)
-                if (ended := judge(window)) is not None:
-                    verdict.outcome, verdict.reason = ended
-                    return verdict
-            if self.handle.poll() is not None:
-                verdict.windows.extend(self.tail.read())
+            ended = judge.each(self.tail.read(), verdict.windows)
+            if ended is None and self.handle.poll() is not None:
+                # the windows written just before the exit are judged as any other: which poll saw them must not
+                # decide whether the last one is reported (it was not when the trial ended between two polls)
+                verdict.outcome, verdict.reason = judge.each(self.tail.read(), verdict.windows) or (None, "")
+                return verdict
+            if ended is not None:
+                verdict.outcome, verdict.reason = ended
                 return verdict
             if self.load is not None:
                 self.load.sample_handle(self.handle, polls)

@@ -110,6 +110,34 @@ def test_memory_budget_on_the_largest_rank(tmp_path: Path) -> None:
     assert verdict.observed_peak_mb == 1300
 
 
+class EndsBetweenPolls(ScriptedRun):
+    """Writes its last window and exits after the monitor read the windows, before it looked for the exit."""
+
+    def __init__(self, metrics: Path) -> None:
+        super().__init__()
+        self.metrics = metrics
+
+    def poll(self) -> int | None:
+        with self.metrics.open("a") as out:
+            out.write(json.dumps(_window(10)) + "\n")
+        self.exit = 0
+        return self.exit
+
+
+def test_a_last_window_written_as_the_run_exits_is_judged_like_any_other(tmp_path: Path) -> None:
+    # Under load the last window and the exit often fall between two polls: that window was kept in the result
+    # but never handed to the callback, so Optuna's intermediate values missed it (and a pruner never saw it).
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps(_window(5)) + "\n")
+    seen: list[int] = []
+    verdict = _monitor(tmp_path, EndsBetweenPolls(metrics), Clock(), on_window=lambda w: seen.append(w.step)).watch()
+    assert verdict.outcome is None and seen == [5, 10] == [w.step for w in verdict.windows]
+    # and judged: a callback that prunes at it prunes the trial, as it would a poll earlier
+    metrics.write_text(json.dumps(_window(5)) + "\n")
+    pruned = _monitor(tmp_path, EndsBetweenPolls(metrics), Clock(), on_window=lambda w: w.step == 10).watch()
+    assert pruned.outcome is Outcome.PRUNED and pruned.reason == "pruned at step 10"
+
+
 def test_exit_ends_the_watch_with_no_verdict(tmp_path: Path) -> None:
     run = ScriptedRun()
     run.exit = 0
