@@ -319,13 +319,14 @@ def report(study_file: str, output: str | None, png_dir: str | None, storage: st
 @click.argument("study_file", type=click.Path())
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0: a free port.")
+@click.option("--storage", help="Storage URL (overrides the study file).")
 @handle_errors
-def dashboard(study_file: str, host: str, port: int) -> None:
+def dashboard(study_file: str, host: str, port: int, storage: str | None) -> None:
     """Serve optuna-dashboard on the study's storage (trial logs as artifacts) until Ctrl-C."""
     from autotune.report import is_loopback, serve_dashboard
     from autotune.workload_check import load_spec
 
-    spec = load_spec(study_file, check_workload=False)
+    spec = load_spec(study_file, _storage_override(storage, ()), check_workload=False)
     if not is_loopback(host):
         click.echo(f"warning: listening on {host}: the dashboard has no authentication; anyone who can reach "
                    "this address can read and change the study", err=True)

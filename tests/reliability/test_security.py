@@ -214,6 +214,20 @@ def test_the_dashboard_warns_when_it_listens_beyond_loopback(stored_study: Path)
                                    "who can reach this address can read and change the study"), err
 
 
+
+def test_the_dashboard_serves_a_study_whose_storage_is_given_by_option(stored_study: Path, tmp_path: Path) -> None:
+    # workers sharing a database, or a study kept off a small disk, run with --storage URL: the dashboard reads
+    # that study too, as run, status, best, plan and report do
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (stored_study / "dash.db").rename(elsewhere / "dash.db")
+    proc, line, _ = _serve(stored_study, "--storage", f"sqlite:///{elsewhere / 'dash.db'}")
+    try:
+        assert line.startswith("optuna-dashboard for dash: http://127.0.0.1:"), line
+    finally:
+        _stop(proc)
+    assert not (stored_study / "dash.db").exists()  # nothing created where the study file points
+
 # ----------------------------------------------------------------------------------------- trial environments
 @pytest.mark.slow
 @pytest.mark.parametrize("start", ["warm", "torchrun"])
