@@ -95,10 +95,11 @@ def test_a_stop_inside_a_storage_call_lands_as_it_ends_and_the_stopped_trial_is_
     read: list[int] = []
 
     def read_with_a_stop_mid_fetch() -> None:
-        rows = rdb.engine.connect().execute(text("SELECT * FROM trials"))
-        rows.fetchone()  # mid-fetch: the statement holds the read lock
-        signal.raise_signal(signum)
-        read.append(1 + len(rows.fetchall()))
+        with rdb.engine.connect() as connection:
+            rows = connection.execute(text("SELECT * FROM trials"))
+            rows.fetchone()  # mid-fetch: the statement holds the read lock
+            signal.raise_signal(signum)
+            read.append(1 + len(rows.fetchall()))
 
     with pytest.raises(stop), signals_as_interrupts():
         try:
