@@ -463,3 +463,38 @@ def test_the_multi_objective_gp_runs_on_one_torch_thread_too(monkeypatch: pytest
         assert seen == [1, 1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_numbers_given_as_choices_are_modelled_in_their_order(seed: int) -> None:
+    # batch sizes as choices, measured at 16, 32 and 64 with throughput rising: the model leans towards the
+    # larger batches. As categories, each unmeasured choice (1-8 below, 128-512 above) would look alike.
+    sizes = [2**i for i in range(10)]
+    space = {"batch_size": optuna.distributions.CategoricalDistribution(sizes),
+             "amp": optuna.distributions.CategoricalDistribution(["off", "bf16"])}
+    sampler = PartialGPSampler(seed=seed, n_startup_trials=3)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for bs, value in ((16, 1000.0), (32, 1900.0), (64, 2800.0)):
+        for amp in ("off", "bf16"):
+            study.enqueue_trial({"batch_size": bs, "amp": amp})
+            trial = study.ask(space)
+            study.tell(trial, value * (1.02 if amp == "bf16" else 1.0))
+    trial = study.ask(space)
+    assert trial.params["batch_size"] in (128, 256, 512), trial.params  # a value, not its index
+    assert trial.distributions["batch_size"] == space["batch_size"]
+
+
+def test_only_three_or_more_numbers_are_ordinal() -> None:
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from autotune.samplers._gp_view import as_ordinal, from_ordinal, ordinal_choices, to_ordinal
+
+    space = {"bs": CategoricalDistribution([64, 16, 256]), "amp": CategoricalDistribution(["off", "bf16"]),
+             "flag": CategoricalDistribution([True, False, None]), "ws": CategoricalDistribution([1, 2]),
+             "lr": CategoricalDistribution([1e-3, 3e-4, 1e-4]), "n": IntDistribution(0, 2)}
+    ordinal = ordinal_choices(space)
+    assert ordinal == {"bs": [16, 64, 256], "lr": [1e-4, 3e-4, 1e-3]}
+    assert as_ordinal(space, ordinal)["bs"] == IntDistribution(0, 2)
+    params = {"bs": 256, "amp": "off", "lr": 3e-4, "n": 1}
+    assert to_ordinal(params, ordinal) == {"bs": 2, "amp": "off", "lr": 1, "n": 1}
+    assert from_ordinal(to_ordinal(params, ordinal), ordinal) == params

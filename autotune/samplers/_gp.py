@@ -19,10 +19,14 @@ from autotune.samplers._gp_view import (
     ABSENT,
     DEFAULT_MINIMUM_NOISE_VAR,
     WithPartial,
+    as_ordinal,
     fitted_search_space,
+    from_ordinal,
     measured,
     noise_floor,
+    ordinal_choices,
     others_of,
+    to_ordinal,
 )
 
 __all__ = ["GP_MAX_TRIALS", "OneThreadGPSampler", "PartialGPSampler", "preload_gp"]
@@ -142,11 +146,13 @@ class PartialGPSampler(OneThreadGPSampler):
         if self._hand_over(study, trial):
             params = self._tpe.sample_relative(study, trial, search_space)
         else:
+            ordinal = ordinal_choices(search_space)  # numbers as choices: modelled in their order
             self._names = list(search_space)
-            self._taken = {self._point(other.params) for other in others}
-            view = WithPartial(study)
+            self._taken = {self._point(to_ordinal(other.params, ordinal)) for other in others}
+            view = WithPartial(study, ordinal)
             self._set_noise_floor(noise_floor(view.fitted()))
-            params = super().sample_relative(view, trial, search_space)  # type: ignore[arg-type]
+            params = super().sample_relative(view, trial, as_ordinal(search_space, ordinal))  # type: ignore[arg-type]
+            params = from_ordinal(params, ordinal)
         if (params and not measured(others, params)) or not search_space:
             return params
         return self._unmeasured(study, trial, search_space, others)
