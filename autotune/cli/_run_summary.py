@@ -176,6 +176,17 @@ def _speedup_interval(summary: Any) -> str:
     return "" if not width or summary.speedup is None else f" (± {summary.speedup * width:.2f}x)"
 
 
+def _disturbed(race: dict[str, Any]) -> str:
+    """How many of the race's block readings its fit left out as disturbed (autotune/objectives/_race.py)."""
+    from autotune.objectives import fit
+
+    gone = len(fit(race["rounds"]).left_out)
+    if not gone:
+        return ""
+    return (f"; {gone} block reading{'s' if gone > 1 else ''} left out as disturbed (far slower than "
+            "the rest of the round: something else held the machine)")
+
+
 def noise_lines(summary: Any) -> list[str]:
     """What the measurements' noise says about the choice, a line each: the winner against the runner-up
     (``best by ...``/``tied within noise with ...``), the baseline's left-out first trial, the trials
@@ -194,7 +205,7 @@ def noise_lines(summary: Any) -> list[str]:
         if isinstance(race, dict) and race.get("rounds"):
             lines.append(f"confirmed by a race: {len(race['rounds'])} rounds of ~{race.get('block_s', 0):g} s blocks "
                          f"({float(race.get('round_s') or 0):.1f} s a round), the speed-ups read within each round; "
-                         f"stopped: {race.get('stopped', 'running')}")
+                         f"stopped: {race.get('stopped', 'running')}{_disturbed(race)}")
     if summary.advice:
         lines.append(summary.advice)
     if summary.left_out:

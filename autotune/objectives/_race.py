@@ -15,20 +15,36 @@ On the quickstart's MLP (benchmarks/README.md, "The confirmation race") the rati
 in one round of 0.25 s blocks scattered 15% and over 2 s of each 5.4-6.2%, against 7-8.6% for one
 configuration's own readings: a short block's noise is mostly the step's own, which only more blocks average
 away; the drift is what the pairing removes.
+
+A block taken while something else held the machine (another process woke on two cores) can read several
+times slower than its round: on a calibration of the convnet, a compile-free baseline running two intra-op
+threads read 49-676 samples/s in 6 of 24 rounds against ~1,150 in the rest while a test run took a core, and
+those readings alone took the speed-up's interval to ±70% and its value from ~2.7x to 5.1x. Drift moves a
+round's readings alike and the round effect takes it out; such a block does not. So the model is first fitted
+robustly (Tukey's median polish: medians for the means, so the slow blocks cannot pull the effects they are
+judged against), and a reading whose residual there lies below the fit by more than ``DISTURBED_SCALES`` times
+one block's noise (estimated robustly: :func:`_block_noise`) and by a fifth or more (``DISTURBED_LOG``) is
+left out as disturbed; the model is then fitted as above without it. Only low readings: interference slows
+a block, nothing speeds one up. At most a third of an entrant's readings are left out
+(``MAX_DISTURBED_SHARE``): past that, slow blocks are how the entrant runs (or the machine was too busy to
+tell), and they stay in. What was left out is in the fit (``left_out``) and the race's summary says how many.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from autotune.trial_result import t975
 
 Rounds = Sequence[Mapping[str, float]]  # each round: entrant key -> its block's reading (samples/s)
 
 MIN_ROUNDS = 4  # before it, no entrant is dropped and the race does not stop (the noise is not yet known)
+DISTURBED_SCALES = 5.0  # a reading this many robust deviations below the fit ... (module docstring)
+DISTURBED_LOG = math.log(1.25)  # ... and at least a fifth below it (log scale) is left out as disturbed
+MAX_DISTURBED_SHARE = 1 / 3  # of an entrant's readings, the most left out
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,7 @@ class Fit:
     sigma: float | None
     df: int
     level: float = 0.0  # the mean round effect: exp(effect + level) is an entrant's speed on the race's average round
+    left_out: tuple[tuple[int, str], ...] = ()  # (round index, entrant) of each reading left out as disturbed
 
     def speed(self, key: str) -> float:
         """The entrant's reading on the race's average round (samples/s), the drift taken out."""
@@ -80,29 +97,71 @@ class Contrast:
 
 def fit(rounds: Rounds, iterations: int = 50) -> Fit:
     """Fit ``log y[c, r] = mu[c] + rho[r] + e`` to the rounds (an entrant missing from a round, dropped or
-    not yet started, is simply absent) by alternating means."""
-    logs = [{k: math.log(v) for k, v in r.items() if v > 0} for r in rounds]
-    logs = [r for r in logs if r]
-    keys = sorted({k for r in logs for k in r})
-    counts = {k: sum(k in r for r in logs) for k in keys}
-    mu = {k: statistics.fmean(r[k] for r in logs if k in r) for k in keys}
-    rho = [0.0] * len(logs)
+    not yet started, is simply absent) by alternating means; again without the readings it shows disturbed
+    (module docstring)."""
+    logs = {(i, k): math.log(v) for i, r in enumerate(rounds) for k, v in r.items() if v > 0}
+    gone: set[tuple[int, str]] = set()
+    if len({i for i, _ in logs}) >= MIN_ROUNDS:
+        robust, residuals = _fit(logs, iterations, statistics.median)  # Tukey's median polish: the slow blocks
+        gone = _disturbed(logs, residuals, robust.counts)  # cannot pull the effects they are judged against
+    fitted, _ = _fit({key: v for key, v in logs.items() if key not in gone}, iterations)
+    return replace(fitted, left_out=tuple(sorted(gone)))
+
+
+def _fit(
+    logs: dict[tuple[int, str], float], iterations: int, centre: Callable[[list[float]], float] = statistics.fmean
+) -> tuple[Fit, dict[tuple[int, str], float]]:
+    """The additive model over ``logs`` ((round, entrant) -> log reading) by alternating ``centre``s (means:
+    least squares; medians: median polish), and each reading's residual."""
+    rounds = sorted({i for i, _ in logs})
+    keys = sorted({k for _, k in logs})
+    by_round = {i: {k: v for (j, k), v in logs.items() if j == i} for i in rounds}
+    counts = {k: sum(k in r for r in by_round.values()) for k in keys}
+    mu = {k: centre([v for (_, c), v in logs.items() if c == k]) for k in keys}
+    rho = dict.fromkeys(rounds, 0.0)
     for _ in range(iterations):
-        rho = [statistics.fmean(v - mu[k] for k, v in r.items()) for r in logs]
-        mu = {k: statistics.fmean(r[k] - rho[i] for i, r in enumerate(logs) if k in r) for k in keys}
-    n = sum(len(r) for r in logs)
-    df = n - len(keys) - len(logs) + 1
-    level = statistics.fmean(rho) if rho else 0.0
+        rho = {i: centre([v - mu[k] for k, v in r.items()]) for i, r in by_round.items()}
+        mu = {k: centre([v - rho[i] for (i, c), v in logs.items() if c == k]) for k in keys}
+    residuals = {(i, k): v - mu[k] - rho[i] for (i, k), v in logs.items()}
+    df = len(logs) - len(keys) - len(rounds) + 1
+    level = statistics.fmean(rho.values()) if rho else 0.0
     if df < 1:
-        return Fit(mu, counts, None, 0, level)
-    squares = sum((v - mu[k] - rho[i]) ** 2 for i, r in enumerate(logs) for k, v in r.items())
-    return Fit(mu, counts, math.sqrt(squares / df), df, level)
+        return Fit(mu, counts, None, 0, level), residuals
+    return Fit(mu, counts, math.sqrt(sum(e * e for e in residuals.values()) / df), df, level), residuals
+
+
+def _disturbed(logs: dict[tuple[int, str], float], residuals: dict[tuple[int, str], float], counts: dict[str, int]
+               ) -> set[tuple[int, str]]:
+    """The readings far below the fit (module docstring), at most ``MAX_DISTURBED_SHARE`` of an entrant's."""
+    threshold = max(DISTURBED_SCALES * _block_noise(logs), DISTURBED_LOG)
+    low = {key for key, e in residuals.items() if e < -threshold}
+    return {(i, k) for i, k in low if sum(c == k for _, c in low) <= MAX_DISTURBED_SHARE * counts[k]}
+
+
+def _block_noise(logs: dict[tuple[int, str], float]) -> float:
+    """One block's noise (log scale), robustly: for each pair of entrants, their within-round differences'
+    absolute deviations from the pair's median difference, pooled; 1.4826 x the median of those, over sqrt(2)
+    (a difference holds two blocks' noise). Slow blocks barely move it: they are a few of many deviations."""
+    by_round: dict[int, dict[str, float]] = {}
+    for (i, k), v in logs.items():
+        by_round.setdefault(i, {})[k] = v
+    keys = sorted({k for _, k in logs})
+    deviations: list[float] = []
+    for n, a in enumerate(keys):
+        for b in keys[n + 1:]:
+            diffs = [r[a] - r[b] for r in by_round.values() if a in r and b in r]
+            if len(diffs) >= 3:
+                middle = statistics.median(diffs)
+                deviations += [abs(d - middle) for d in diffs]
+    return 1.4826 * statistics.median(deviations) / math.sqrt(2) if deviations else 0.0
 
 
 def contrast(rounds: Rounds, a: str, b: str, fitted: Fit | None = None) -> Contrast:
     """``a`` against ``b`` over the rounds that read both (module docstring)."""
     fitted = fitted or fit(rounds)
-    diffs = [math.log(r[a]) - math.log(r[b]) for r in rounds if r.get(a, 0) > 0 and r.get(b, 0) > 0]
+    gone = set(fitted.left_out)
+    diffs = [math.log(r[a]) - math.log(r[b]) for i, r in enumerate(rounds)
+             if r.get(a, 0) > 0 and r.get(b, 0) > 0 and (i, a) not in gone and (i, b) not in gone]
     if not diffs:
         return Contrast(a, b, 0.0, None, 0)
     mean = statistics.fmean(diffs)

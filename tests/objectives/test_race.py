@@ -85,3 +85,40 @@ def test_a_tie_says_what_more_rounds_would_take() -> None:
     assert near.advice.startswith("about ") and "would likely separate #1 from #2" in near.advice
     same = choose_from_race(_race({"base": 1000.0, "a": 1500.0, "b": 1500.0}, 5, noise=0.0005))
     assert same.advice is not None and "no affordable race parts them" in same.advice
+
+
+def test_blocks_slowed_by_something_else_on_the_machine_are_left_out() -> None:
+    # The convnet's calibration, as its race read it while a test run took a core: the baseline's block read
+    # 3-25x slow in 4 of 24 rounds. Left in, they took the speed-up from 2.7x to ~3.4x and its interval wide.
+    truth = {"base": 1150.0, "fast": 3100.0}
+    clean = _rounds(truth, 24, noise=0.04, wave=0.1, seed=3)
+    rounds = [dict(r) for r in clean]
+    for i, slow in ((1, 4.0), (5, 14.0), (8, 25.0), (11, 3.0)):
+        rounds[i]["base"] /= slow
+    fitted = fit(rounds)
+    assert {k for _, k in fitted.left_out} == {"base"} and {i for i, _ in fitted.left_out} == {1, 5, 8, 11}
+    c, ideal = contrast(rounds, "fast", "base"), contrast(clean, "fast", "base")
+    assert c.half_width is not None and ideal.half_width is not None
+    assert abs(c.log_ratio - math.log(3100 / 1150)) < 0.03 and c.half_width < 1.2 * ideal.half_width
+    assert c.rounds == 20
+    kept = [r for i, r in enumerate(rounds) if i not in {1, 5, 8, 11}]
+    lead = fitted.effects["fast"] - fitted.effects["base"]
+    assert abs(lead - (fit(kept).effects["fast"] - fit(kept).effects["base"])) < 1e-6  # as if never read
+
+
+def test_slow_blocks_that_are_how_an_entrant_runs_stay_in() -> None:
+    # An entrant slow in half of its blocks (a stall every other block) is that slow: nothing of it is left
+    # out, and a fast reading is never left out either.
+    rounds = _rounds({"base": 1000.0, "stalls": 2000.0}, 12, noise=0.03, wave=0.1, seed=1)
+    for i in range(0, 12, 2):
+        rounds[i]["stalls"] /= 3
+    rounds[3]["base"] *= 4  # a reading far above its round
+    fitted = fit(rounds)
+    assert fitted.left_out == ()
+    assert contrast(rounds, "stalls", "base").rounds == 12
+
+
+def test_a_clean_race_leaves_nothing_out() -> None:
+    for seed in range(50):
+        rounds = _rounds({"base": 1000.0, "fast": 1300.0, "close": 1250.0}, 24, noise=0.08, wave=0.15, seed=seed)
+        assert fit(rounds).left_out == (), seed

@@ -70,3 +70,33 @@ def test_at_the_defaults_a_race_on_a_drifting_machine_chooses_the_true_best_with
         assert headline.race is not None and headline.race.startswith(said)
     assert best >= 3 and held >= 3
     assert max(widths) <= 0.1
+
+
+def test_a_race_whose_baseline_blocks_were_slowed_by_other_work_reads_through_them(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # Four of the race's baseline blocks read 3-25x slow (another process took the cores during them, as a test
+    # run did during a convnet calibration): they are left out, the speed-up holds the truth, and the summary
+    # says how many blocks were left out.
+    from autotune.cli._run_summary import noise_lines
+
+    rng = random.Random(5)
+    slow_blocks = iter([1.0, 4.0, 1.0, 1.0, 25.0, 1.0, 1.0, 3.0, 1.0, 1.0, 14.0])
+
+    def landscape(config: TrialConfig, repeat: int) -> Measured:
+        reading = truth(config) * math.exp(rng.gauss(0, 0.04))
+        if config.batch_size == 32 and config.num_workers == 0 and repeat > 0:  # the baseline, in the race
+            reading /= next(slow_blocks, 1.0)
+        return Measured(reading)
+
+    sd = study_dir("race-disturbed", search_space=SPACE, trial=TRIAL, sampler={"name": "gp", "seed": 0},
+                   confirm={"top_k": 2, "rounds": 12, "precision": 0.01})
+    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=8)
+    choice = choose(summary.study)
+    assert choice.best is not None and choice.baseline is not None
+    assert choice.speedup is not None and choice.speedup_half_width is not None
+    true_speedup = truth(dict(choice.best.config)) / truth(dict(choice.baseline.config))
+    assert abs(math.log(choice.speedup / true_speedup)) <= max(choice.speedup_half_width, 0.05)
+    assert choice.speedup_half_width < 0.1
+    lines = noise_lines(summary)
+    assert any("block readings left out as disturbed" in line for line in lines), lines
