@@ -148,7 +148,10 @@ def test_a_real_workload_whose_memory_grows_with_the_batch(tmp_path: Path) -> No
                 for t in study.get_trials(states=(TrialState.COMPLETE,))}
     assert 8 in measured, [(t.number, t.state, t.user_attrs.get("reason")) for t in study.get_trials()]
     per_sample = (measured[8] - measured[4]) / 4
-    assert per_sample > 5, measured  # the workload's memory does grow with the batch
+    # the workload's memory does grow with the batch (~12 MB a sample quiet; a run of the suite in parallel read 4:
+    # the baseline, a zygote's first fork, read high). What follows holds at any growth: batch 32 is predicted
+    # from the same line, 28 samples over the baseline against the budget's 20.
+    assert per_sample > 2, measured
     budget = measured[4] + per_sample * 20  # batch 16 fits, batch 32 (28 samples more) does not, by ~8 samples
     doc["constraints"] = {"max_memory_mb": round(budget)}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
