@@ -2,8 +2,8 @@
 
 For each built-in reference workload (mlp, convnet, lm): ``autotune.calibrate()`` runs a fresh study over
 the workload's knobs and the compute knobs (threads_per_rank, compile, sharding; ``--knobs ten`` leaves them
-out), 15 trials as long as the quickstart's, autotune's default sampler and pruner, the default warm
-launcher. Then a grid is measured once each, in a seeded random order, to find the best configuration of a
+out), 15 trials as long as the quickstart's, autotune's default sampler and pruner, the default
+confirmation (a race of the top 3 and the baseline), the default warm launcher. Then a grid is measured once each, in a seeded random order, to find the best configuration of a
 reasonable grid: for mlp the landscape's 60 (landscape.py's grid; ``--landscape`` takes its best from a
 recording instead), for convnet and lm 48 (batch_size 32-256 x num_workers 0-2 x amp x world_size). A probe
 first runs the default configuration in fp32 and bf16; where bf16 reads below half of fp32 (a CPU without
@@ -16,7 +16,9 @@ Reported per workload: median throughput of each arm, their spread ((max - min) 
 (chosen median / default median), chosen / grid's best, and the grid's best over the default (the most
 any configuration of the grid gains on this machine).
 
-Targets: gain >= 1.5x on each CPU reference workload; the choice within 3% of the grid's best.
+Targets: gain >= 1.5x on each CPU reference workload; the choice within 3% of the grid's best (issue 3). Issue
+31's: the study's stated speed-up and the side-by-side gain agree within the stated interval (speed-up x (1 ±
+half-width)); the choice at least 90% of the grid's best.
 
     python benchmarks/calibration_gain.py            # full: about 45 minutes on 2 cores
     python benchmarks/calibration_gain.py --quick    # smoke run: about 2 minutes
@@ -62,6 +64,7 @@ from _common import (
 
 GAIN_TARGET = 1.5
 GRID_TARGET = 0.97  # within 3% of the grid's best
+GRID_FLOOR = 0.90  # issue 31: at least 90% of the grid's best
 
 #: Knobs searched for convnet and lm (a user's study file would look like this).
 GENERAL_SPACE: dict[str, Any] = {
@@ -125,7 +128,8 @@ def calibrate_workload(name: str, workload: WorkloadRef, space: dict[str, Any], 
     document = study_document(
         f"gain-{name}", workload, space, SEARCH_TRIAL_QUICK if quick else SEARCH_TRIAL,
         sampler={"seed": 0}, n_trials=4 if quick else 15,
-        confirm={"top_k": 1, "repeats": 1} if quick else {"top_k": 2, "repeats": 1},
+        # the full run confirms as a user's study does (the defaults: a race of the top 3 and the baseline)
+        confirm={"top_k": 1, "repeats": 1} if quick else {"top_k": 3},
     )
     path = fresh_study_file(document, RUNS / "calibration_gain" / name)
     started = time.monotonic()
@@ -204,7 +208,9 @@ def save(out: Path, args: argparse.Namespace, quick: bool, repeats: int, limits:
     targets = {
         name: {"gain": r["gain"], "gain_met": None if r["gain"] is None else r["gain"] >= GAIN_TARGET,
                "chosen_of_grid_best": r["chosen_of_grid_best"],
-               "grid_met": None if r["chosen_of_grid_best"] is None else r["chosen_of_grid_best"] >= GRID_TARGET}
+               "grid_met": None if r["chosen_of_grid_best"] is None else r["chosen_of_grid_best"] >= GRID_TARGET,
+               "grid_floor_met": None if r["chosen_of_grid_best"] is None else r["chosen_of_grid_best"] >= GRID_FLOOR,
+               "stated_holds_gain": r["stated_holds_gain"]}
         for name, r in results.items()
     }
     write_json(
@@ -215,7 +221,7 @@ def save(out: Path, args: argparse.Namespace, quick: bool, repeats: int, limits:
          "grid_trial": SEARCH_TRIAL_QUICK if quick else GRID_TRIAL, "workloads": args.workloads,
          "knobs": args.knobs,
          "landscape": landscape and {"path": landscape["path"], "date": landscape["date"]},
-         "targets": {"gain": GAIN_TARGET, "of_grid_best": GRID_TARGET}},
+         "targets": {"gain": GAIN_TARGET, "of_grid_best": GRID_TARGET, "of_grid_best_floor": GRID_FLOOR}},
         {"workloads": results, "targets": targets},
         machine,
         started,
@@ -274,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
         stats = {label: arm_stats(r) for label, r in runs.items()}
         chosen, base = stats["chosen"]["median"], stats["default"]["median"]
         best_median = stats["grid-best"]["median"] if "grid-best" in stats else (chosen if grid_best else None)
+        gain = ratio(chosen, base)
+        stated, width = calibration.speedup, calibration.speedup_half_width
+        interval = None if stated is None or width is None else [stated * (1 - width), stated * (1 + width)]
         results[name] = {
             "space": space,
             "calibration_s": round(calibrate_s, 1),
@@ -282,11 +291,14 @@ def main(argv: list[str] | None = None) -> None:
             "chosen_config": calibration.config.model_dump(),
             "default": default.short(),
             "study_speedup": calibration.speedup,
+            "study_speedup_half_width": width,
+            "study_speedup_interval": interval,
+            "stated_holds_gain": None if interval is None or gain is None else interval[0] <= gain <= interval[1],
             "chosen_is_default": calibration.config == default,
             "grid_best": grid_best.short() if grid_best is not None else None,
             "chosen_is_grid_best": grid_best is not None and grid_best == calibration.config,
             "arms": stats,
-            "gain": ratio(chosen, base),
+            "gain": gain,
             "chosen_of_grid_best": ratio(chosen, best_median) if grid_best is not None else None,
             "grid_best_over_default": ratio(best_median, base) if grid_best is not None else None,
             "grid_scan": grid_scan,
@@ -302,14 +314,17 @@ def main(argv: list[str] | None = None) -> None:
             arms["default"]["median"], pct(arms["default"]["spread"]),
             arms["chosen"]["median"], pct(arms["chosen"]["spread"]),
             f"{fmt(gain)} {check(None if gain is None else gain >= GAIN_TARGET)}",
-            "-" if of_grid is None else f"{pct(of_grid)} {check(of_grid >= GRID_TARGET)}",
+            "-" if of_grid is None else f"{pct(of_grid)} {check(of_grid >= GRID_FLOOR)}",
             r["grid_best_over_default"],
+            "-" if r["study_speedup_interval"] is None else
+            f"{fmt(r['study_speedup'])}x ± {pct(r['study_speedup_half_width'])} {check(r['stated_holds_gain'])}",
         ])
     print_table(
         f"Calibration gain: chosen vs default, median of {repeats} interleaved trials each "
         f"({limits['max_steps']} steps, warm-up {limits['warmup_steps']})",
         ["workload", "chosen", "calibrate s", "default samples/s", "spread", "chosen samples/s", "spread",
-         f"gain (>= {GAIN_TARGET:g}x)", f"of grid's best (>= {pct(GRID_TARGET)})", "grid's best / default"],
+         f"gain (>= {GAIN_TARGET:g}x)", f"of grid's best (>= {pct(GRID_FLOOR)})", "grid's best / default",
+         "stated (holds the gain?)"],
         rows,
         caption=machine_caption(machine),
     )
