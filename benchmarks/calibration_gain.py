@@ -4,8 +4,9 @@ For each built-in reference workload (mlp, convnet, lm): ``autotune.calibrate()`
 the workload's knobs and the compute knobs (threads_per_rank, compile, sharding; ``--knobs ten`` leaves them
 out), 15 trials as long as the quickstart's, autotune's default sampler and pruner, the default
 confirmation (a race of the top 3 and the baseline), the default warm launcher. Then a grid is measured once
-each, in a seeded random order, to find the best configuration of a reasonable grid: for mlp the landscape's 60 (landscape.py's grid; ``--landscape`` takes its best from a
-recording instead), for convnet and lm 48 (batch_size 32-256 x num_workers 0-2 x amp x world_size). A probe
+each, in a seeded random order, to find the best configuration of a reasonable grid: for mlp the
+landscape's 60 (landscape.py's grid; ``--landscape`` takes its best from a recording instead), for convnet
+and lm 48 (batch_size 32-256 x num_workers 0-2 x amp x world_size). A probe
 first runs the default configuration in fp32 and bf16; where bf16 reads below half of fp32 (a CPU without
 bf16 arithmetic), the grid's bf16 half is left out and the output says so. Then the default configuration
 (num_workers 0, fp32, no checkpointing, 25 MB buckets, base batch, one rank), the chosen one and the
