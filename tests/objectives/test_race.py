@@ -122,3 +122,22 @@ def test_a_clean_race_leaves_nothing_out() -> None:
     for seed in range(50):
         rounds = _rounds({"base": 1000.0, "fast": 1300.0, "close": 1250.0}, 24, noise=0.08, wave=0.15, seed=seed)
         assert fit(rounds).left_out == (), seed
+
+
+def test_the_choice_of_a_race_is_the_entrant_raced_to_the_end_when_the_one_dropped_as_tied_read_a_hair_above() -> None:
+    # Two leaders 0.3% apart: the race dropped one as tied at round 5 and raced the other to its precision. On its
+    # five rounds the dropped one reads a hair above; the choice is the survivor, whose speed-up is the narrower.
+    rounds = _rounds({"base": 1000.0, "a": 2000.0, "b": 2006.0}, 17, noise=0.05, wave=0.1, seed=2)
+    for r in rounds[5:]:
+        del r["b"]
+    for r in rounds[:5]:
+        r["b"] *= 1.06  # its few rounds read it ahead
+    race = {"rounds": rounds, "anchor": "base", "tied": ["b"],
+            "entrants": {k: {"config": {"name": k}, "trials": [n]} for n, k in enumerate(["base", "a", "b"])}}
+    assert standing(rounds, "base").leader == "b"
+    choice = choose_from_race(race)
+    assert choice.best is not None and choice.best.config_key == "a"
+    assert choice.runner_up is not None and choice.runner_up.config_key == "b"
+    assert choice.speedup_half_width is not None
+    assert choice.speedup_half_width < contrast(rounds, "b", "base").half_width  # type: ignore[operator]
+    assert "tied within noise with #2" in choice.statement()
