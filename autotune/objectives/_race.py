@@ -18,7 +18,7 @@ away; the drift is what the pairing removes.
 
 A block taken while something else held the machine (another process woke on two cores) can read several
 times slower than its round: on a calibration of the convnet, a compile-free baseline running two intra-op
-threads read 49-676 samples/s in 6 of 24 rounds against ~1,150 in the rest while a test run took a core, and
+threads read 49-783 samples/s in 8 of 24 rounds against ~1,150 in the rest while a test run took a core, and
 those readings alone took the speed-up's interval to ±70% and its value from ~2.7x to 5.1x. Drift moves a
 round's readings alike and the round effect takes it out; such a block does not. So the model is first fitted
 robustly (Tukey's median polish: medians for the means, so the slow blocks cannot pull the effects they are
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -135,7 +136,8 @@ def _disturbed(logs: dict[tuple[int, str], float], residuals: dict[tuple[int, st
     """The readings far below the fit (module docstring), at most ``MAX_DISTURBED_SHARE`` of an entrant's."""
     threshold = max(DISTURBED_SCALES * _block_noise(logs), DISTURBED_LOG)
     low = {key for key, e in residuals.items() if e < -threshold}
-    return {(i, k) for i, k in low if sum(c == k for _, c in low) <= MAX_DISTURBED_SHARE * counts[k]}
+    per_entrant = Counter(k for _, k in low)
+    return {(i, k) for i, k in low if per_entrant[k] <= MAX_DISTURBED_SHARE * counts[k]}
 
 
 def _block_noise(logs: dict[tuple[int, str], float]) -> float:

@@ -148,8 +148,8 @@ def test_a_real_workload_whose_memory_grows_with_the_batch(tmp_path: Path) -> No
                 for t in study.get_trials(states=(TrialState.COMPLETE,))}
     assert 8 in measured, [(t.number, t.state, t.user_attrs.get("reason")) for t in study.get_trials()]
     per_sample = (measured[8] - measured[4]) / 4
-    # the workload's memory does grow with the batch (~12 MB a sample quiet; a run of the suite in parallel read 4:
-    # the baseline, a zygote's first fork, read high). What follows holds at any growth: batch 32 is predicted
+    # the workload's memory does grow with the batch (~12 MB a sample quiet; a run of the suite in parallel read 4,
+    # cause not measured). What follows holds at any growth: batch 32 is predicted
     # from the same line, 28 samples over the baseline against the budget's 20.
     assert per_sample > 2, measured
     budget = measured[4] + per_sample * 20  # batch 16 fits, batch 32 (28 samples more) does not, by ~8 samples
