@@ -26,6 +26,7 @@ from autotune.trial_runner._plan import (
     METRICS_FILE,
     TrialPlan,
 )
+from autotune.trial_runner._rank import remove_scratch
 from autotune.trial_runner._records import AppliedRecord, DoneRecord, parse_window_line, read_record
 from autotune.trial_runner._trace import traced
 
@@ -265,6 +266,7 @@ def run_trial(
     finally:
         with traced("terminate", trial_dir=str(trial_dir)):  # the run ended (or was stopped): its processes go
             handle.terminate(grace_s)
+        remove_scratch(trial_dir)
     wall = time.monotonic() - started
     # Windows written after the monitor stopped reading (rank 0 racing the kill) are ignored: the trial
     # is judged on what the monitor saw.

@@ -41,6 +41,7 @@ from autotune.trial_runner._plan import (
     WAKE_FILE,
     TrialPlan,
 )
+from autotune.trial_runner._rank import remove_scratch
 from autotune.trial_runner._records import DoneRecord, read_record
 
 GATE_POLL_S = 0.0005  # how often a parked rank looks at the gate (it is frozen most of the time it waits)
@@ -247,6 +248,7 @@ class PacedRun:
         try:
             if self.handle is not None:
                 self.handle.terminate(TERMINATE_GRACE_S)
+                remove_scratch(self.trial_dir)
         finally:
             if self.wake is not None:
                 self.wake.close()

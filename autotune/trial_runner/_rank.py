@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.util
 import os
+import shutil
 import socket
 import threading
 import time
@@ -29,6 +31,26 @@ def write_pid(trial_dir: Path, rank: int) -> None:
     """rank<N>.pid (as this node numbers its processes) and rank<N>.host (the node's hostname)."""
     (trial_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
     (trial_dir / f"rank{rank}.host").write_text(socket.gethostname())
+
+
+def make_scratch(trial_dir: Path, rank: int) -> None:
+    """Make multiprocessing's scratch folder (/tmp/pymp-*) of this rank now, and record it in rank<N>.scratch.
+
+    Made before the DataLoader forks its workers, it is theirs too: a worker that makes its own when it first
+    shares a batch leaves it behind when it is killed at its rank's end, and a rank that leaves by ``os._exit``
+    or dies by a signal never runs the finalizer that removes its own. :func:`remove_scratch` removes it,
+    however the rank ended.
+    """
+    (trial_dir / f"rank{rank}.scratch").write_text(multiprocessing.util.get_temp_dir())
+
+
+def remove_scratch(trial_dir: Path) -> None:
+    """Remove the scratch folders the trial's ranks recorded (:func:`make_scratch`), once they are gone."""
+    for record in trial_dir.glob("rank*.scratch"):
+        with contextlib.suppress(OSError):
+            path = Path(record.read_text().strip())
+            if path.name.startswith("pymp-"):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _start_time(pid: int) -> str | None:

@@ -18,6 +18,7 @@ from autotune.compat import torch_private
 from autotune.trial_runner._rank import (
     die_with_parents,
     kill_own_children,
+    make_scratch,
     redirect_output,
     write_error,
     write_pid,
@@ -33,6 +34,7 @@ def main(argv: list[str]) -> None:
     log = redirect_output(trial_dir, rank)
     faulthandler.enable(file=log, all_threads=True)
     write_pid(trial_dir, rank)
+    make_scratch(trial_dir, rank)
     code = 1
     try:
         from autotune.trial_runner._memory import reset_peak_rss

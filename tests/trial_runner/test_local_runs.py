@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-from autotune.trial_runner import Outcome
+from autotune.search_space import TrialConfig
+from autotune.spec import TrialLimits
+from autotune.trial_runner import Launcher, LocalLauncher, Outcome, TrialPlan, WarmLauncher, run_trial
 from tests._processes import wait_no_leftovers
 
 from .conftest import RunFaulty
@@ -155,3 +158,31 @@ def test_cold_torchrun_contains_faults_too(run_faulty: RunFaulty, fault: str, ex
     if fault == "segfault":
         assert result.reason == "rank 1 killed by SIGSEGV"
     assert not wait_no_leftovers(trial_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["warm", "torchrun"])
+def test_dataloader_workers_leave_no_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    kind: str) -> None:
+    """multiprocessing's /tmp/pymp-* folders of the ranks and their DataLoader workers go with the trial, also
+    when it is pruned (the workers are killed mid-epoch); before, every such trial left some behind."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the launcher's processes, and so the ranks, inherit it
+    launcher: Launcher = WarmLauncher() if kind == "warm" else LocalLauncher()
+    try:
+        for index, on_window in enumerate([None, lambda window: True]):
+            config = TrialConfig.create(base_lr=1e-2, base_batch_size=32, batch_size=32, world_size=2,
+                                        num_workers=2, prefetch_factor=2)
+            plan = TrialPlan(config=config, entrypoint="faulty.py:build", args={"fault": "none"},
+                             base_dir=str(Path(__file__).parent),
+                             limits=TrialLimits(warmup="fixed", warmup_steps=2, max_steps=12, max_seconds=40,
+                                                report_every=2))
+            trial_dir = tmp_path / f"trial{index}"
+            result = run_trial(plan, trial_dir, launcher, on_window=on_window)
+            assert result.outcome is (Outcome.COMPLETE if on_window is None else Outcome.PRUNED), result.reason
+            assert not wait_no_leftovers(trial_dir)
+            assert not list(scratch.glob("pymp-*")), f"left behind by trial {index}"
+    finally:
+        if isinstance(launcher, WarmLauncher):
+            launcher.close()
