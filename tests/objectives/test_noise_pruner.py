@@ -64,6 +64,21 @@ def test_compares_at_the_same_step_with_each_trials_latest_value() -> None:
     assert pruner.prune(study, _running(study, {15: 40.0}))
 
 
+def test_a_lucky_early_window_never_sets_the_bar_above_what_the_trial_reached() -> None:
+    # the quickstart, recorded: the best so far read 6,302 samples/s at its first window and ended at 4,923; a
+    # configuration at 5,074 in its first window was pruned against the 6,302 with a 17% margin
+    study = _study("maximize", [{20: 2454.0, 50: 2797.0}, {20: 3816.0, 50: 4024.0}, {20: 6302.0, 50: 4923.0}])
+    pruner = NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.17)
+    assert not pruner.prune(study, _running(study, {20: 5074.0}))
+    assert pruner.prune(study, _running(study, {20: 4000.0}))  # clearly below the 4,923 it did reach
+    # a trial that kept its early speed still sets the bar there
+    steady = _study("maximize", [{20: 6302.0, 50: 6250.0}])
+    assert pruner.prune(steady, _running(steady, {20: 5074.0}))
+    # a loss, which improves as it trains, is still compared at the same step
+    loss = _study("minimize", [{10: 2.0, 20: 1.0}])
+    assert not NoiseAwarePruner(0.0, n_startup_trials=1, margin=0.1).prune(loss, _running(loss, {10: 2.1}))
+
+
 def test_percentile_keeps_only_the_best_share() -> None:
     study = _study("maximize", [{10: float(v)} for v in (100, 200, 300, 400, 500)])
     # top 25%: threshold at 400; 350 is 12.5% below -> pruned; the median rule would keep it
