@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -163,11 +165,13 @@ def test_cold_torchrun_contains_faults_too(run_faulty: RunFaulty, fault: str, ex
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["warm", "torchrun"])
 def test_dataloader_workers_leave_no_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    kind: str) -> None:
+                                                    request: pytest.FixtureRequest, kind: str) -> None:
     """multiprocessing's /tmp/pymp-* folders of the ranks and their DataLoader workers go with the trial, also
     when it is pruned (the workers are killed mid-epoch); before, every such trial left some behind."""
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # a short folder: the workers' sockets live inside it, and a Unix socket's path holds at most 107 bytes (under
+    # pytest-xdist tmp_path/tmp/pymp-*/listener-* is longer, and the workers cannot share a batch)
+    scratch = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     monkeypatch.setenv("TMPDIR", str(scratch))  # the launcher's processes, and so the ranks, inherit it
     launcher: Launcher = WarmLauncher() if kind == "warm" else LocalLauncher()
     try:
