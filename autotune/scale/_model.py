@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from autotune.scale._growth import SyncGrowth
 
@@ -186,6 +185,8 @@ def _fit(cols: _Columns, free: np.ndarray, refit: np.ndarray | None = None) -> n
         p[free] = x
         fitted = _step(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
         return np.log(np.maximum(fitted, 1e-12)) - log_step
+
+    from scipy.optimize import least_squares  # here, not at import: every rank and CLI start imports this module
 
     best: np.ndarray | None = None
     best_cost = math.inf

@@ -22,8 +22,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import t as student_t
-
 __all__ = ["INTERVAL", "NoiseEstimate", "NoiseWindow", "estimate_noise_scale", "signal_and_noise"]
 
 INTERVAL = "95% jackknife over windows (delete one window, log scale)"
@@ -91,6 +89,8 @@ def estimate_noise_scale(batch_small: int, batch_big: int, windows: Sequence[Noi
             logs = [math.log(v) for v in left_out if v is not None]
             mean = sum(logs) / n
             se = math.sqrt((n - 1) / n * sum((x - mean) ** 2 for x in logs))
+            from scipy.stats import t as student_t  # here, not at import: scipy.stats costs a rank 0.4 s to start
+
             half = float(student_t.ppf(0.975, n - 1)) * se
             low, high = value * math.exp(-half), value * math.exp(half)
     steps = sum(w.steps for w in windows)

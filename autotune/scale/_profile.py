@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from autotune.scale._growth import SyncGrowth
 from autotune.scale._model import ScaleError, ScaleModel, StepReading, _step
@@ -60,6 +59,8 @@ def _fit_growth(params: np.ndarray, columns: np.ndarray, log_step: np.ndarray) -
         growth = SyncGrowth(float(x[0]), float(x[1]) if free_doubling else 0.0)
         nodes, ranks, batch, accum = columns
         return np.log(np.maximum(_step(params, nodes, ranks, batch, accum, growth.factor(nodes)), 1e-12)) - log_step
+
+    from scipy.optimize import least_squares  # here, not at import (as in _model)
 
     x0 = np.array([1.0, 0.0]) if free_doubling else np.array([1.0])
     lower = [1e-3, -np.inf] if free_doubling else [1e-3]
