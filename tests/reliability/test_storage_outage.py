@@ -231,6 +231,7 @@ def test_a_server_restarting_at_the_first_call_is_waited_for() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.xdist_group("timing")  # it bounds the stop's wall time: under -n 3 beside two busy workers it read 13.5 s
 def test_sigterm_while_the_storage_is_away_stops_within_the_grace_period(
     make_study: Callable[..., StudyDir], postgres_url: str, postgres_control: PostgresControl, tmp_path: Path,
     started: float,
