@@ -253,6 +253,41 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"{part.title} is not installed ({SKIP_REAL}=1): apt-get install {' '.join(part.packages)}")
 
 
+def _lock_path(controller_pid: int, name: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"autotune-test-{controller_pid}-{name}.lock"
+
+
+# outermost (tryfirst): a wait here is not counted in the test's timeout
+@pytest.hookimpl(hookwrapper=True, tryfirst=True, specname="pytest_runtest_protocol")
+def pytest_timed_tests_run_alone(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under pytest-xdist a test of group `timing` runs with no other test beside it, as in a serial run: its
+    wall-clock bounds are the product's (a stop within a grace period), not the other workers' load. Two locks
+    shared by the run's workers (files named after their controller, the workers' parent): every test holds
+    `run` shared while it runs, a timed one holds it exclusively; `gate` is taken first by both, and held by a
+    timed test while it waits for the running ones to end, so that new ones wait behind it instead of starving
+    it."""
+    if getattr(item.config, "workerinput", None) is None:
+        yield
+        return
+    timed = any((m.args[0] if m.args else m.kwargs.get("name")) == "timing" for m in item.iter_markers("xdist_group"))
+    with _lock_path(os.getppid(), "gate").open("a") as gate, _lock_path(os.getppid(), "run").open("a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(run, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+        if not timed:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if getattr(config, "workerinput", None) is None:  # the controller (or a serial run): the workers' locks
+        for name in ("gate", "run"):
+            _lock_path(os.getpid(), name).unlink(missing_ok=True)
+
+
 # pytest-timeout's signal method cannot stop a test whose main thread is blocked in C code (a gloo thread
 # joined while it waits for the GIL, say): the suite then hangs until CI's limit and prints nothing. This
 # watchdog fires a minute past the test's own timeout, dumps every thread's stack and ends the run, exit 1.

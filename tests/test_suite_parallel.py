@@ -1,7 +1,7 @@
 """The suite in parallel (`python -m pytest -n 3 --dist loadgroup`, README): tests of one group run on one worker.
 
 Group `slurm` holds every SLURM test (one worker starts the session's cluster, once), group `timing` the tests
-that assert wall-clock bounds (tests/conftest.py). This runs tests/conftest.py on a few tests of each kind
+that assert wall-clock bounds (tests/conftest.py), each of which runs with no other test beside it. This runs tests/conftest.py on a few tests of each kind
 under two pytest-xdist workers, each test recording its node id and its worker.
 """
 
@@ -20,14 +20,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 TESTS = '''
-import json, os
+import json, os, time
 import pytest
 
 @pytest.fixture(autouse=True)
 def _record(request):
+    began = time.monotonic()
+    time.sleep(0.3)  # long enough for the other worker's tests to overlap this one unless something stops them
     yield
     with open(os.environ["GROUPS_LOG"], "a") as log:
-        log.write(json.dumps({"id": request.node.nodeid, "worker": os.environ["PYTEST_XDIST_WORKER"]}) + "\\n")
+        log.write(json.dumps({"id": request.node.nodeid, "worker": os.environ["PYTEST_XDIST_WORKER"],
+                              "began": began, "ended": time.monotonic()}) + "\\n")
 
 @pytest.mark.real("slurm")
 @pytest.mark.parametrize("n", range(4))
@@ -74,3 +77,11 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
         workers[name.removesuffix("_timed")].add(run["worker"])
     assert len(workers["test_slurm"]) == 1 and len(workers["test_timing"]) == 1, dict(workers)
     assert len(workers["test_slurm"] | workers["test_timing"] | workers["test_free"]) == 2, dict(workers)
+    # a timed test runs alone: no other test's run overlaps its own (time.monotonic is one clock for the machine)
+    timed = [r for r in runs if r["id"].endswith("@timing")]
+    beside = [(t["id"], r["id"]) for t in timed for r in runs
+              if r is not t and r["began"] < t["ended"] and t["began"] < r["ended"]]
+    assert not beside, beside
+    # and the others did run side by side: the locks do not serialise the whole run
+    untimed = [r for r in runs if not r["id"].endswith("@timing")]
+    assert any(a["began"] < b["ended"] and b["began"] < a["ended"] for a in untimed for b in untimed if a is not b)

@@ -62,7 +62,9 @@ def test_one_rank_has_no_synchronisation_and_the_switch_turns_the_anatomy_off(
 ) -> None:
     result = _trial(warm_launcher, tmp_path / "one", {}, {}, max_steps=16)
     assert result.step_anatomy is not None and result.step_anatomy.sync_exposed_s == 0.0
-    assert result.step_anatomy.data_wait_share < 0.5  # nothing slow in the data
+    # nothing slow in the data: a third of the slow loader's 24 ms at most (not a share: with 0.2 ms of compute a
+    # step, collating 8 samples read 52% of a step under -n 3 beside two busy workers)
+    assert result.step_anatomy.data_wait_s < 0.008
     off = _trial(warm_launcher, tmp_path / "off", {}, {"world_size": 2}, max_steps=16, step_anatomy=False)
     assert off.step_anatomy is None and all(w.step_anatomy is None for w in off.windows)
 
