@@ -236,7 +236,13 @@ def pruning_hook(
             decided: list[bool] = []
 
             def report() -> None:
-                trial.report(value_of(window), report_step(spec, window))
+                try:
+                    trial.report(value_of(window), report_step(spec, window))
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    # another worker failed it as stale meanwhile and runs it again: this run stops here, and
+                    # its tell says so (tell_unless_stale) instead of ending the worker with a traceback
+                    decided.append(True)
+                    return
                 decided.append(prune and bool(trial.should_prune()))
 
             with traced("report", trial=trial.number):
