@@ -17,7 +17,7 @@ README = (ROOT / "README.md").read_text()
 REFERENCE = (ROOT / "docs" / "reference.md").read_text()
 
 INSTALL_AND_RUN = "pip install torch==2.13.0 -e . && autotune run studies/quickstart.yaml"
-INSTALL_AND_TEST = "pip install torch==2.13.0 -e '.[test]' && python -m pytest"
+INSTALL_AND_TEST = "pip install torch==2.13.0 -e '.[test]' && python -m pytest -n 3 --dist loadgroup"
 
 
 def code_blocks(text: str, lang: str = "") -> list[str]:
