@@ -216,6 +216,14 @@ def _install_real_parts(config: pytest.Config, items: list[pytest.Item]) -> None
     )
 
 
+def _groups_of(item: pytest.Item) -> list[str]:
+    """The test's xdist groups, as the scheduler sees them (:func:`_put_group_in_node_id`)."""
+    if "slurm" in _parts_of(item):
+        return ["slurm"]
+    return sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                   for m in item.iter_markers("xdist_group")})
+
+
 def _put_group_in_node_id(item: pytest.Item) -> None:
     """``tests/x.py::test@slurm``: the suffix pytest-xdist's loadgroup scheduler groups by (the groups of the
     test's xdist_group marks, joined by ``_``). A SLURM test is in group ``slurm`` alone, marked or not: in any
@@ -226,11 +234,7 @@ def _put_group_in_node_id(item: pytest.Item) -> None:
     scheduler and grouped tests ran on any worker. Here it goes into whichever of the two ``nodeid`` reads
     (private names of pytest; checked with pytest 9.2 and xdist 3.8); a pytest that keeps it elsewhere stops
     the run here, and tests/test_suite_parallel.py fails if the groups do not hold."""
-    if "slurm" in _parts_of(item):
-        groups = ["slurm"]
-    else:
-        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                         for m in item.iter_markers("xdist_group")})
+    groups = _groups_of(item)
     if not groups:
         return
     suffix = "@" + "_".join(groups)
@@ -270,8 +274,9 @@ def pytest_timed_tests_run_alone(item: pytest.Item, nextitem: pytest.Item | None
     if getattr(item.config, "workerinput", None) is None:
         yield
         return
-    timed = any((m.args[0] if m.args else m.kwargs.get("name")) == "timing" for m in item.iter_markers("xdist_group"))
-    with _lock_path(os.getppid(), "gate").open("a") as gate, _lock_path(os.getppid(), "run").open("a") as run:
+    timed = "timing" in _groups_of(item)
+    controller = os.getppid()
+    with _lock_path(controller, "gate").open("a") as gate, _lock_path(controller, "run").open("a") as run:
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(run, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
         if not timed:

@@ -1,7 +1,8 @@
 """What a fresh rank imports before its first step: every torchrun rank, SLURM step and zygote pays it.
 
 scipy (stats and optimize: 0.8 s of a 2.8 s start on a 2-core machine) serves the scale model's fits and the
-noise scale's interval, which run in the tuner after a trial, never in a rank: it is imported where it is used.
+noise scale's interval, which run in the tuner after a trial, never in a rank: it is imported where it is used
+(tests/scale/test_noise_estimator.py and test_throughput_model.py run those).
 """
 
 from __future__ import annotations
@@ -19,11 +20,3 @@ def test_a_fresh_process_importing_the_rank_program_or_the_summary_loads_no_scip
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"], out.stdout  # numpy it needs (a proof the import ran); scipy not
 
-
-def test_the_fits_still_find_scipy_where_they_use_it() -> None:
-    from autotune.scale import NoiseWindow, estimate_noise_scale
-
-    windows = [NoiseWindow(4, 2.0 + 0.1 * i, 1.2 + 0.05 * i) for i in range(4)]
-    estimate = estimate_noise_scale(8, 32, windows)
-    assert estimate is not None and estimate.low is not None and estimate.high is not None
-    assert estimate.low < estimate.value < estimate.high
