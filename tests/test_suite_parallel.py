@@ -1,7 +1,7 @@
 """The suite in parallel (`python -m pytest -n 3 --dist loadgroup`, README): tests of one group run on one worker.
 
 Group `slurm` holds every SLURM test (one worker starts the session's cluster, once), group `timing` the tests
-that assert wall-clock bounds (tests/conftest.py), each of which runs with no other test beside it. This runs
+that assert wall-clock bounds (tests/conftest.py), which run in a row with no other test beside them. This runs
 tests/conftest.py on a few tests of each kind under two pytest-xdist workers, each test recording its node id,
 its worker and when it ran.
 """
@@ -83,6 +83,10 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
     beside = [(t["id"], r["id"]) for t in timed for r in runs
               if r is not t and r["began"] < t["ended"] and t["began"] < r["ended"]]
     assert not beside, beside
+    # the timed tests, run in a row by their worker, are one block alone: no other test starts between two of them
+    block = (min(t["began"] for t in timed), max(t["ended"] for t in timed))
+    inside = [r["id"] for r in runs if r not in timed and block[0] < r["began"] < block[1]]
+    assert not inside, inside
     # and the others did run side by side: the locks do not serialise the whole run
     untimed = [r for r in runs if not r["id"].endswith("@timing")]
     assert any(a["began"] < b["ended"] and b["began"] < a["ended"] for a in untimed for b in untimed if a is not b)
