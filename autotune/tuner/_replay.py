@@ -96,7 +96,34 @@ class ReplayEntrant:
         pass
 
 
-class ReplayRunner:
+class _Replayer:
+    """A ``run_trial`` whose trial is replayed, not launched: the trial's folder and plan are written as a live
+    trial's are, :meth:`replay` hands its windows to the window judge (:func:`judged`), and its result is
+    written to result.json."""
+
+    def __call__(
+        self,
+        plan: TrialPlan,
+        trial_dir: Path,
+        launcher: Launcher,
+        *,
+        max_memory_mb: float | None = None,
+        on_window: Callable[[Window], bool] | None = None,
+        on_tick: Callable[[float, list[Window]], None] | None = None,
+        **_: Any,
+    ) -> TrialResult:
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        plan.write(trial_dir)
+        result = self.replay(plan, trial_dir, WindowJudge(on_window, max_memory_mb), on_tick)
+        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+        return result
+
+    def replay(self, plan: TrialPlan, trial_dir: Path, judge: WindowJudge,
+               on_tick: Callable[[float, list[Window]], None] | None) -> TrialResult:
+        raise NotImplementedError
+
+
+class ReplayRunner(_Replayer):
     """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``.
 
     The windows are those of the study file's trial section (one every ``trial.window()`` steps after the
@@ -112,27 +139,15 @@ class ReplayRunner:
     def paced(self, plan: TrialPlan, trial_dir: Path) -> ReplayEntrant:
         return ReplayEntrant(self.landscape, plan, trial_dir, self.seen)
 
-    def __call__(
-        self,
-        plan: TrialPlan,
-        trial_dir: Path,
-        launcher: Launcher,
-        *,
-        max_memory_mb: float | None = None,
-        on_window: Callable[[Window], bool] | None = None,
-        on_tick: Callable[[float, list[Window]], None] | None = None,
-        **_: Any,
-    ) -> TrialResult:
+    def replay(self, plan: TrialPlan, trial_dir: Path, judge: WindowJudge,
+               on_tick: Callable[[float, list[Window]], None] | None) -> TrialResult:
         config, limits = plan.config, plan.limits
         key = config.model_dump_json()
         m = self.landscape(config, self.seen.get(key, 0))
         self.seen[key] = self.seen.get(key, 0) + 1
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        plan.write(trial_dir)
         max_steps = limits.trial_steps(config.global_batch)
         step_s = config.global_batch / m.throughput_samples_s if m.throughput_samples_s > 0 else 1.0
-        windows, ended = judged(self._windows(plan, m, max_steps, step_s), WindowJudge(on_window, max_memory_mb),
-                                on_tick)
+        windows, ended = judged(self._windows(plan, m, max_steps, step_s), judge, on_tick)
         outcome, reason = ended or (
             (m.outcome, f"replayed {m.outcome.value} after {len(windows)} windows")
             if m.outcome is not Outcome.COMPLETE
@@ -144,7 +159,6 @@ class ReplayRunner:
         if windows:
             result.training_s = (windows[-1].step - limits.warmup_steps) * step_s
         result.wall_s = m.overhead_s + (windows[-1].step if windows else limits.warmup_steps) * step_s
-        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
     @staticmethod
@@ -192,7 +206,7 @@ def judged(
     return seen, None
 
 
-class RecordedRunner:
+class RecordedRunner(_Replayer):
     """A ``run_trial`` that replays recorded trials (benchmarks/landscape.py's records): ``lookup`` gives a
     configuration's record (``outcome``, ``reason``, ``wall_s``, ``windows`` with ``step``, ``elapsed_s``,
     ``throughput_samples_s``, ``window_throughput_samples_s``, ``peak_memory_mb``, ``loss``).
@@ -205,20 +219,9 @@ class RecordedRunner:
     def __init__(self, lookup: Callable[[TrialConfig], dict[str, Any]]) -> None:
         self.lookup = lookup
 
-    def __call__(
-        self,
-        plan: TrialPlan,
-        trial_dir: Path,
-        launcher: Launcher,
-        *,
-        max_memory_mb: float | None = None,
-        on_window: Callable[[Window], bool] | None = None,
-        on_tick: Callable[[float, list[Window]], None] | None = None,
-        **_: Any,
-    ) -> TrialResult:
+    def replay(self, plan: TrialPlan, trial_dir: Path, judge: WindowJudge,
+               on_tick: Callable[[float, list[Window]], None] | None) -> TrialResult:
         record = self.lookup(plan.config)
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        plan.write(trial_dir)
         recorded = record.get("windows") or []
         wall = float(record.get("wall_s") or 0.0)
         teardown = max(0.0, wall - float(recorded[-1]["elapsed_s"])) if recorded else 0.0
@@ -228,7 +231,7 @@ class RecordedRunner:
         windows: list[Window] = []
         if outcome in (Outcome.COMPLETE, Outcome.PRUNED):  # a pruned record replays the windows it had
             result.outcome = Outcome.COMPLETE
-            windows, ended = judged(self._windows(plan, record), WindowJudge(on_window, max_memory_mb), on_tick)
+            windows, ended = judged(self._windows(plan, record), judge, on_tick)
             if ended is not None:
                 result.outcome, result.reason = ended
                 if ended[0] is Outcome.PRUNED:
@@ -240,7 +243,6 @@ class RecordedRunner:
             for name in ("throughput_spread", "warmup_steps_used", "settled"):  # as measured, when recorded
                 if record.get(name) is not None:
                     setattr(result, name, record[name])
-        (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
         return result
 
     @staticmethod
