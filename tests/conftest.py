@@ -16,8 +16,8 @@ for trials of another session on the same machine.
 In parallel (`python -m pytest -n 3 --dist loadgroup`, pytest-xdist; README's test section) every worker is
 a session of its own: its own PostgreSQL, lease folder and warm zygote. Tests of one xdist group run on one
 worker, one after another: group `slurm` holds every test of a SLURM cluster (so one worker starts it, once),
-group `timing` the tests that assert wall-clock bounds (marked in their files); a timed test runs with no other
-test beside it.
+group `timing` the tests that assert wall-clock bounds or rank real runs (marked in their files); the timed
+tests run as one block with no other test beside it.
 """
 
 from __future__ import annotations

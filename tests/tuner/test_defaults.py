@@ -30,9 +30,6 @@ from autotune.workload_check import load_spec
 
 from .conftest import StudyDir
 
-# pytest-xdist: one worker runs these one after another (real ranks: the choice at least as fast as the baseline)
-pytestmark = pytest.mark.xdist_group("timing")
-
 SPACE = {
     "batch_size": {"choices": [8, 16, 32, 64, 128]},  # the workload's base batch is 32
     "num_workers": {"low": 0, "high": 2},
@@ -194,6 +191,9 @@ def test_best_and_status_read_a_finished_study_without_its_workload(study_dir: C
 
 
 @pytest.mark.slow
+# real ranks, and the choice must be at least as fast as the baseline: with no other test beside it (the replays
+# above measure nothing and run anywhere)
+@pytest.mark.xdist_group("timing")
 def test_autotune_run_at_the_defaults_with_real_ranks(study_dir: Callable[..., StudyDir]) -> None:
     # The real CLI, real torchrun ranks on a tiny model, no sampler or pruner named: the baseline reports its
     # windows, and the summary, `autotune best` and the report name one winner.
