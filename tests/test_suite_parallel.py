@@ -1,9 +1,9 @@
 """The suite in parallel (`python -m pytest -n 3 --dist loadgroup`, README): tests of one group run on one worker.
 
 Group `slurm` holds every SLURM test (one worker starts the session's cluster, once), group `timing` the tests
-that assert wall-clock bounds (tests/conftest.py), which run in a row with no other test beside them. This runs
-tests/conftest.py on a few tests of each kind under two pytest-xdist workers, each test recording its node id,
-its worker and when it ran.
+that assert wall-clock bounds or rank real runs (tests/conftest.py), which run in a row with no other test beside
+them. This runs tests/conftest.py on a few tests of each kind under two pytest-xdist workers, each test recording
+its node id, its worker and when it ran.
 """
 
 from __future__ import annotations

@@ -19,4 +19,3 @@ def test_a_fresh_process_importing_the_rank_program_or_the_summary_loads_no_scip
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"], out.stdout  # numpy it needs (a proof the import ran); scipy not
-
