@@ -40,7 +40,7 @@ from autotune.objectives._noise import (
     half_width,
     pooled_sd,
 )
-from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, fit, standing
+from autotune.objectives._race import MIN_ROUNDS, Contrast, Fit, Standing, contrast, fit, lighter, standing
 from autotune.objectives._scale_plan import (
     NOISE_SCALE_ATTR,
     ScaleOption,
@@ -72,7 +72,8 @@ __all__ = [
     "choose", "choose_best", "choose_from_race", "compile_payback", "complete_trials", "config_key",
     "constraint_values", "contrast", "could_separate", "diagnose", "dominates", "estimate_time_to_loss",
     "explain_choice", "fit", "goodput_attrs", "group_anatomy", "group_measurements", "half_width", "held_global_batch",
-    "is_reference", "loss_noise_floor", "measured_groups", "measured_margin", "median_anatomy", "memory_points",
+    "is_reference", "lighter", "loss_noise_floor", "measured_groups", "measured_margin", "median_anatomy",
+    "memory_points",
     "metric_value", "noise_scale_attr", "noise_scale_of", "objective_values", "pareto_front", "pooled_sd",
     "reading_noise", "result_goodput", "running_value", "scale_plan", "scale_plans", "standing", "stored_anatomy",
     "study_diagnosis", "study_readings", "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history",

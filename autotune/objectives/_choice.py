@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, choose_best, group_measurements
 from autotune.objectives._noise import Separation, far_off, ratio_half_width, separation
-from autotune.objectives._race import Contrast, contrast, standing
+from autotune.objectives._race import Contrast, contrast, lighter, standing
 
 ROLE_BASELINE, ROLE_CONFIRM = "baseline", "confirm"
 THROUGHPUT = "throughput_samples_s"
@@ -51,6 +51,7 @@ class Choice:
     speedup_half_width: float | None = None
     left_out: tuple[int, ...] = ()
     advice: str | None = None  # a race that could not part its two leaders: what more rounds would take
+    runs_on_less: str | None = None  # chosen over the runner-up it is tied with as the lighter: "1 rank against 2"
 
     @property
     def separated(self) -> bool:
@@ -70,7 +71,8 @@ class Choice:
         interval = "interval unknown: measured once" if width is None else f"± {width:.0%}"
         if versus.separated:
             return f"best by {versus.gain:.0%} ({interval}) over {name(self.runner_up)}"
-        return f"tied within noise with {name(self.runner_up)} ({versus.gain:+.0%}, {interval})"
+        lighter = f"; chosen as it runs on less ({self.runs_on_less})" if self.runs_on_less else ""
+        return f"tied within noise with {name(self.runner_up)} ({versus.gain:+.0%}, {interval}){lighter}"
 
 
 def is_reference(trial: FrozenTrial) -> bool:
@@ -224,8 +226,10 @@ def choose_from_race(race: dict[str, Any], *, confirmed: bool = True) -> Choice:
         speedup = against.ratio if against else 1.0
         speedup_width = against.half_width if against else 0.0
     runner = groups[runner_key] if runner_key is not None else None
+    less = lighter(best.config, runner.config) if runner is not None and versus is not None and not (
+        versus.separated or default_is_best) else None
     return Choice(best, baseline, speedup, default_is_best, confirmed, tuple(groups.values()), runner, versus,
-                  speedup_width, (), advice)
+                  speedup_width, (), advice, less)
 
 
 def _ahead(c: Contrast | None) -> bool:

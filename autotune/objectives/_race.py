@@ -212,3 +212,18 @@ def standing(rounds: Rounds, anchor: str, alive: Sequence[str] | None = None) ->
     versus = {k: contrast(rounds, leader, k, fitted) for k in keys if k != leader}
     speedup = contrast(rounds, leader, anchor, fitted) if leader != anchor and anchor in fitted.effects else None
     return Standing(leader, anchor, versus, speedup, fitted)
+
+
+def lighter(a: Mapping[str, object], b: Mapping[str, object]) -> str | None:
+    """How configuration ``a`` runs on less than ``b`` ("1 rank against 2", "0 DataLoader workers a rank
+    against 2"), or None when it does not: fewer ranks first (devices or cores a user pays for), then, at the
+    same ranks, fewer DataLoader worker processes. Of two entrants a race cannot part, it keeps the lighter
+    (autotune/tuner/_race.py): the same speed on less, and the same pick from one study to the next, where
+    the leader of two tied entrants is a matter of which read luckier."""
+    ranks_a, ranks_b = (int(c.get("world_size") or 1) for c in (a, b))  # type: ignore[call-overload]
+    if ranks_a != ranks_b:
+        return f"{ranks_a} rank{'s' * (ranks_a != 1)} against {ranks_b}" if ranks_a < ranks_b else None
+    workers_a, workers_b = (int(c.get("num_workers") or 0) for c in (a, b))  # type: ignore[call-overload]
+    if workers_a < workers_b:
+        return f"{workers_a} DataLoader worker{'s' * (workers_a != 1)} a rank against {workers_b}"
+    return None

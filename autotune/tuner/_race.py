@@ -25,7 +25,7 @@ from typing import Any
 
 import optuna
 
-from autotune.objectives import MIN_ROUNDS, RACE_ATTR, standing
+from autotune.objectives import MIN_ROUNDS, RACE_ATTR, lighter, standing
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
 from autotune.trial_result import TrialResult
@@ -141,10 +141,13 @@ def _rounds(
         for key in stop.dropped:
             alive.remove(key)
             runners[key].end(float(spec.trial.max_seconds))
-            why = ("tied with the leader beyond what the rounds left could part" if key in record.get("tied", ())
-                   else "slower than the leader beyond the noise")
+            why = ("slower than the leader beyond the noise" if key not in record.get("tied", ())
+                   else f"tied beyond what the rounds left could part with {stop.kept_for[key]}"
+                   if key in stop.kept_for else "tied with the leader beyond what the rounds left could part")
             observer.racing(f"#{runners[key].group.trials[0]} dropped: {why}")
         if stop.reason:
+            for key, why in stop.kept_for.items():
+                observer.racing(f"a tie: #{runners[key].group.trials[0]} passed over for {why}")
             record["stopped"] = stop.reason
             break
         if deadline is not None and clock() + record["round_s"] > deadline:
@@ -159,6 +162,7 @@ def _rounds(
 class _Stop:
     dropped: list[str] = field(default_factory=list)
     reason: str = ""
+    kept_for: dict[str, str] = field(default_factory=dict)  # a tied leader passed over: for which, and why
 
 
 def _judge(record: dict[str, Any], alive: list[str], number: int, precision: float, most: int) -> _Stop:
@@ -182,12 +186,28 @@ def _judge(record: dict[str, Any], alive: list[str], number: int, precision: flo
     needed = now.versus_leader[runner_up].rounds_to_separate(now.fit.df)
     hopeless = needed is None or needed > most
     precise = now.speedup is None or (now.speedup.half_width is not None and now.speedup.half_width <= precision)
+    # Of the two, the race keeps the lighter (fewer ranks, then fewer DataLoader workers): the same speed on less
+    lighter_kept = (runner_up != record["anchor"] and now.leader != record["anchor"]
+                    and lighter(_config(record, runner_up), _config(record, now.leader)))
+    tied, kept = (now.leader, runner_up) if lighter_kept else (runner_up, now.leader)
     if hopeless and precise:
         stop.reason = "a tie"
+        if lighter_kept:
+            record.setdefault("tied", []).append(tied)  # the choice (choose_from_race) passes over it
     elif hopeless and runner_up != record["anchor"] and runner_up not in stop.dropped:
-        stop.dropped.append(runner_up)
-        record.setdefault("tied", []).append(runner_up)
+        stop.dropped.append(tied)
+        record.setdefault("tied", []).append(tied)
+    if lighter_kept and tied in record.get("tied", ()):
+        stop.kept_for[tied] = f"#{_first_trial(record, kept)}, which runs on less ({lighter_kept})"
     return stop
+
+
+def _config(record: dict[str, Any], key: str) -> dict[str, Any]:
+    return dict(record["entrants"][key]["config"])
+
+
+def _first_trial(record: dict[str, Any], key: str) -> int:
+    return int(record["entrants"][key]["trials"][0])
 
 
 def _progress(number: int, now: Any, runners: dict[str, Runner]) -> str:
