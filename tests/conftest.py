@@ -43,6 +43,12 @@ import pytest
 
 from autotune.trial_runner import free_port as _free_port
 
+# OpenMP threads waiting for work sleep instead of spinning: the suite runs three workers' trials on two cores, where
+# a spinning thread holds a core another process's rank needs (two test files, -n 3, alternated A B B A: 62-67 s
+# without, 57-58 s with). The trials' environment keeps OMP_ variables, so the ranks get it; a user's runs keep
+# OpenMP's default; a test that sets OMP_WAIT_POLICY itself keeps its own.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
