@@ -245,14 +245,20 @@ class WorkloadRef:
 
 #: The real third-party model's study file (issue 16): fidelity.py and trial_scatter.py measure its trials.
 HF_STUDY = REPO / "studies" / "hf_gpt2.yaml"
+#: The --quick runs' GPT-2: the same GPT2LMHeadModel, entrypoint and data, 1 layer of width 64 on 32-byte windows
+#: (68,544 parameters against the study file's 437,760: a step at batch 16-32 is 6-8x less work). What is left
+#: of a smoke run's trial is mostly its start (a rank imports transformers' GPT-2: ~1.3 s).
+HF_QUICK_ARGS: dict[str, Any] = {"n_layer": 1, "n_embd": 64, "n_head": 2, "seq_len": 32}
 
 
-def hf_study() -> tuple[WorkloadRef, dict[str, Any]]:
-    """studies/hf_gpt2.yaml's workload and its ``trial:`` section (the defaults filled in)."""
+def hf_study(quick: bool = False) -> tuple[WorkloadRef, dict[str, Any]]:
+    """studies/hf_gpt2.yaml's workload and its ``trial:`` section (the defaults filled in); ``quick``: the workload
+    at HF_QUICK_ARGS' smaller size."""
     from autotune.spec import read_spec
 
     spec = read_spec(str(HF_STUDY))
-    workload = WorkloadRef(str(HF_STUDY.parent / spec.workload.entrypoint), dict(spec.workload.args))
+    args = {**spec.workload.args, **(HF_QUICK_ARGS if quick else {})}
+    workload = WorkloadRef(str(HF_STUDY.parent / spec.workload.entrypoint), args)
     return workload, spec.trial.model_dump(exclude_none=True)
 
 

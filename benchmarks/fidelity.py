@@ -25,7 +25,8 @@ one-rank configurations' median long/short within 3% of each other.
     python benchmarks/fidelity.py --workload hf # the HF GPT-2: 8 configurations, 10x longer
     python benchmarks/fidelity.py --workload hf --long-repeats 2  # two long runs each: their median
     python benchmarks/fidelity.py --quick       # smoke run: 3 configurations of the quick landscape, 3x longer
-    python benchmarks/fidelity.py --quick --workload hf   # smoke run: 2 HF configurations, 8-step trials, 2x
+    python benchmarks/fidelity.py --quick --workload hf   # smoke run: 2 configurations of a smaller GPT-2, 8-step
+                                                          # trials, 2x
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ def long_limits(short: dict[str, Any], factor: int) -> dict[str, Any]:
 
 
 def hf_setup(quick: bool, top: int | None) -> tuple[WorkloadRef, dict[str, Any], list[dict[str, Any]]]:
-    """studies/hf_gpt2.yaml's workload and trial section (quick: 8-step trials) and issue 16's configurations."""
-    workload, short = hf_study()
+    """studies/hf_gpt2.yaml's workload and trial section (quick: a smaller GPT-2, 8-step trials) and issue 16's
+    configurations."""
+    workload, short = hf_study(quick)
     if quick:
         short.update(max_steps=8, warmup_steps=1, report_every=1)
     configs = (HF_QUICK if quick else HF_CONFIGS)[: top or None]

@@ -15,7 +15,7 @@ Reported: each arm's samples/s (median, min-max, run-to-run CV) and first over l
 
     python benchmarks/first_fork.py              # 8 pairs of the GPT-2's default configuration: ~3 minutes
     python benchmarks/first_fork.py --workload mlp
-    python benchmarks/first_fork.py --quick      # smoke run: 2 pairs of 6-step trials
+    python benchmarks/first_fork.py --quick      # smoke run: 2 pairs of 6-step trials (the GPT-2 smaller)
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ QUICKSTART_TRIAL = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smoke run: 2 pairs of 6-step trials")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 pairs of 6-step trials (the GPT-2 smaller)")
     parser.add_argument("--workload", choices=["hf", "mlp"], default="hf", help="the GPT-2 (default) or the MLP")
     parser.add_argument("--pairs", type=int, help="trials per arm (default 8; quick 2)")
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/first_fork[_mlp].json)")
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     if pairs < 1:
         parser.error("--pairs: give 1 or more")
     if args.workload == "hf":
-        workload, trial = hf_study()
+        workload, trial = hf_study(quick)
     else:
         workload, trial = MLP, dict(QUICKSTART_TRIAL)
     if quick:

@@ -21,7 +21,7 @@ over its wall time and the machine's steal and busy shares (/proc/stat). Reporte
 
     python benchmarks/machine_noise.py                 # GPT-2: 3 long runs of 30 s and 18 short ones, ~4 minutes
     python benchmarks/machine_noise.py --workload mlp
-    python benchmarks/machine_noise.py --quick         # smoke run: the MLP, 2 long runs of 2 s, 2 short ones
+    python benchmarks/machine_noise.py --quick         # smoke run: the MLP, 2 long runs of 1.25 s, 2 short ones
     python benchmarks/machine_noise.py --from benchmarks/machine_noise.json   # re-read a run's windows
 """
 
@@ -196,13 +196,13 @@ def report(name: str, window: float, machine: dict[str, Any], results: dict[str,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smoke run: the MLP, 2 long runs of 2 s, 2 short ones")
+    parser.add_argument("--quick", action="store_true", help="smoke run: the MLP, 2 long runs of 1.25 s, 2 short ones")
     parser.add_argument("--workload", choices=["hf", "mlp"], help="the GPT-2 (default; quick: the MLP) or the MLP")
     parser.add_argument("--long-runs", type=int, help="long runs (default 3; quick 2)")
     parser.add_argument("--short-runs", type=int, help="fresh short processes (default 18; quick 2)")
-    parser.add_argument("--seconds", type=float, help="a long run's timed seconds (default 30; quick 2)")
-    parser.add_argument("--window", type=float, help="a window's seconds (default 1.5; quick 0.5)")
-    parser.add_argument("--warm", type=float, help="warm-up seconds before timing (default 1; quick 0.5)")
+    parser.add_argument("--seconds", type=float, help="a long run's timed seconds (default 30; quick 1.25)")
+    parser.add_argument("--window", type=float, help="a window's seconds (default 1.5; quick 0.25)")
+    parser.add_argument("--warm", type=float, help="warm-up seconds before timing (default 1; quick 0.25)")
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/machine_noise[_mlp].json)")
     parser.add_argument("--from", dest="source", type=Path,
                         help="re-read the windows of an earlier run's JSON (no runs) and rewrite its results")
@@ -211,9 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--args", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
-    seconds = args.seconds or (2.0 if quick else 30.0)
-    window = args.window or (0.5 if quick else 1.5)
-    warm = args.warm if args.warm is not None else (0.5 if quick else 1.0)
+    seconds = args.seconds or (1.25 if quick else 30.0)  # quick: 5 windows; a 4th starts unless 3 overran by 0.5 s
+    window = args.window or (0.25 if quick else 1.5)
+    warm = args.warm if args.warm is not None else (0.25 if quick else 1.0)
     if args.child:
         child(args.child, args.entrypoint, json.loads(args.args), seconds, window, warm)
         return

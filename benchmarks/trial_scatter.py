@@ -14,7 +14,8 @@ would rank near-equal configurations better; if it does not, the noise is run-to
 interleaved runs (the confirmation stage) average it out.
 
     python benchmarks/trial_scatter.py            # 3 configurations x lengths 20 50 100 x 5 repeats: ~12 minutes
-    python benchmarks/trial_scatter.py --quick    # smoke run: one configuration, lengths 6 and 10, 2 repeats
+    python benchmarks/trial_scatter.py --quick    # smoke run: one configuration of a smaller GPT-2, lengths 6 and 10,
+                                                  # 2 repeats
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ CONFIGS: list[dict[str, Any]] = [{"batch_size": 32}, {"batch_size": 16, "world_s
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smoke run: one configuration, 6 and 10 steps, 2 repeats")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: one configuration of a smaller GPT-2, 6 and 10 steps, 2 repeats")
     parser.add_argument("--out", type=Path, help="JSON file (default benchmarks/trial_scatter.json)")
     parser.add_argument("--lengths", type=int, nargs="+", help="max_steps of the trials (default 20 50 100)")
     parser.add_argument("--repeats", type=int, help="trials per configuration and length (default 5)")
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     repeats = args.repeats or (2 if quick else 5)
     configs = CONFIGS[:1] if quick else CONFIGS
     out = args.out or default_out("trial_scatter", quick)
-    workload, short = hf_study()
+    workload, short = hf_study(quick)
     if quick:
         short.update(warmup_steps=1)
 
