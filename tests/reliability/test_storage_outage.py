@@ -7,6 +7,7 @@ and the study resumes once it is back. The server is the session's real one (tes
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -28,8 +29,9 @@ from .conftest import StudyDir, assert_nothing_left
 
 OUTAGE_S = 8.0  # several tries with back-off (0.5, 1, 2, 4 s), and a running trial's end within it
 SPACE = {"batch_size": {"choices": [8, 16, 24, 32]}}
-# every loss call sleeps 80 ms: a trial trains for about 3 s, so one is caught running when the server stops
-SLOW = {"workload_args": {"sleep_s": 0.08}, "trial": {"max_steps": 40, "report_every": 4}}
+# every loss call sleeps 80 ms: a trial trains for about 2.4 s, so one is caught running when the server stops
+# and ends well inside the outage
+SLOW = {"workload_args": {"sleep_s": 0.08}, "trial": {"max_steps": 30, "report_every": 3}}
 
 
 def _trials(url: str, name: str) -> list[FrozenTrial]:
@@ -86,9 +88,22 @@ def test_a_storage_that_stays_away_is_one_error_after_the_limit(
     assert len(lines) == 1, lines
 
 
-def _run_workers(sd: StudyDir, workers: int, n_trials: int, tmp_path: Path) -> tuple[list[Any], list[Path]]:
-    logs = [tmp_path / f"worker{i}.log" for i in range(workers)]
-    return [sd.popen("run", "study.yaml", "--n-trials", str(n_trials), log=log) for log in logs], logs
+def _run_workers(sd: StudyDir, workers: int, n_trials: int, tmp_path: Path) -> tuple[list[Any], list[Path], Path]:
+    """The workers, their logs, and the trace file their spans go to (AUTOTUNE_TRACE: a ``claim`` span is a call
+    that reached the storage)."""
+    logs, trace = [tmp_path / f"worker{i}.log" for i in range(workers)], tmp_path / "workers.trace"
+    env = {"AUTOTUNE_TRACE": str(trace)}
+    return [sd.popen("run", "study.yaml", "--n-trials", str(n_trials), log=log, env=env) for log in logs], logs, trace
+
+
+def _claimed(trace: Path) -> set[int]:
+    """The pids of the processes that have made a claim on the study (taken its lock, asked for a trial or not)."""
+    try:
+        lines = trace.read_text().splitlines()
+    except FileNotFoundError:
+        return set()
+    records = [json.loads(line) for line in lines if line.endswith("}")]  # not one being written
+    return {record["pid"] for record in records if record["span"] == "claim"}
 
 
 @pytest.mark.slow
@@ -97,19 +112,25 @@ def test_four_workers_ride_out_a_postgresql_restart_and_lose_nothing(
     make_study: Callable[..., StudyDir], postgres_url: str, postgres_control: PostgresControl, tmp_path: Path,
     started: float,
 ) -> None:
-    n_trials = 8
+    # 6: when the server stops a trial has finished, one trains and each other worker holds one waiting for the core
+    # lease (its heartbeats meet the outage) or, come late, waits for the budget (its checks meet it); the rest run
+    # after. A worker that imports late on a loaded machine still finds trials to claim.
+    n_trials = 6
     sd = make_study("outage", **SLOW, storage=postgres_url, search_space=SPACE, sampler={"name": "random", "seed": 1})
-    procs, logs = _run_workers(sd, 4, n_trials, tmp_path)
+    procs, logs, trace = _run_workers(sd, 4, n_trials, tmp_path)
     try:
-        def two_done_and_one_training() -> bool:
-            names = [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]
-            trials = _trials(postgres_url, "outage") if names else []
+        def all_in_one_done_and_one_training() -> bool:
+            # every worker has had an answer from the server first: a storage never reached is not waited for
+            if not {p.pid for p in procs} <= _claimed(trace):
+                return False
+            trials = _trials(postgres_url, "outage")
             running = [t for t in trials if t.state == TrialState.RUNNING
                        and (sd.trial_dir(t.number) / "metrics.jsonl").exists()
                        and not (sd.trial_dir(t.number) / "done.json").exists()]
-            return sum(t.state.is_finished() for t in trials) >= 2 and bool(running)
+            return sum(t.state.is_finished() for t in trials) >= 1 and bool(running)
 
-        _wait_for("two finished trials and one training", two_done_and_one_training, procs, logs, 180)
+        _wait_for("every worker in, a finished trial and one training", all_in_one_done_and_one_training, procs, logs,
+                  180)
         stopped = time.time()
         postgres_control.stop()
         time.sleep(OUTAGE_S)
@@ -166,7 +187,7 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
                     trial={"max_steps": 150, "report_every": 2},
                     storage=postgres_url, search_space=SPACE, sampler={"name": "random", "seed": 1})
     log = tmp_path / "run.log"
-    tuner = sd.popen("run", "study.yaml", "--n-trials", "2", log=log, env={"AUTOTUNE_STORAGE_WAIT_S": "5"})
+    tuner = sd.popen("run", "study.yaml", "--n-trials", "2", log=log, env={"AUTOTUNE_STORAGE_WAIT_S": "2"})
     try:
         _wait_for("a trial training", lambda: (sd.trial_dir(0) / "metrics.jsonl").exists(), [tuner], [log], 120)
         postgres_control.stop()
@@ -179,7 +200,7 @@ def test_a_storage_gone_past_the_limit_ends_the_worker_in_one_line_and_the_study
     assert code == 1, text
     lines = text.strip().splitlines()
     assert "Traceback" not in text, text
-    assert lines[-1].startswith("error: storage ") and "unreachable for over 5 s" in lines[-1], text
+    assert lines[-1].startswith("error: storage ") and "unreachable for over 2 s" in lines[-1], text
     assert text.count("is unreachable") == 1, text
     assert not (sd.trial_dir(0) / "done.json").exists()  # stopped mid-trial (150 steps of 0.1 s)
     assert_nothing_left(sd, started)  # the running trial's processes ended with the worker

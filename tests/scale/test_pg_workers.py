@@ -152,8 +152,8 @@ def test_four_workers_times_12_trials_lose_none(tmp_path: Path, postgres_url: st
 
 @pytest.mark.slow
 def test_a_sigkilled_workers_trial_is_retried_by_another(tmp_path: Path, postgres_url: str) -> None:
-    # Trials of 3 s and more (60 steps of 50 ms) so one can be caught running.
-    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=60)
+    # Trials of 1.5 s and more (30 steps of 50 ms) so one can be caught running (the test looks every 0.2 s).
+    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=30)
     victim = start_worker(study, 3, tmp_path / "victim.log")
     survivor = start_worker(study, 3, tmp_path / "survivor.log")
     try:
@@ -232,8 +232,10 @@ def test_a_frozen_workers_trial_is_retried_once_its_heartbeat_is_stale(
     grace period is shortened from 30 s to 8 s (the heartbeat then beats every second): the same rule, sooner."""
     monkeypatch.setenv("AUTOTUNE_CORES_PER_RANK", "1")  # the frozen worker keeps its core; one is left
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_GRACE_S", str(GRACE_S))
-    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=60)
-    frozen = start_worker(study, 3, tmp_path / "frozen.log")
+    # 2 trials: the other worker runs the second, then finds the rest of the budget held by the frozen trial and
+    # waits for its heartbeat to go stale. (With 3 its own two trials outlasted the grace period: nothing waited.)
+    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=30)
+    frozen = start_worker(study, 2, tmp_path / "frozen.log")
     other: subprocess.Popen[bytes] | None = None
     try:
         deadline = time.monotonic() + 90
@@ -242,7 +244,7 @@ def test_a_frozen_workers_trial_is_retried_once_its_heartbeat_is_stale(
             time.sleep(0.2)
         frozen.send_signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
-        other = start_worker(study, 3, tmp_path / "other.log")
+        other = start_worker(study, 2, tmp_path / "other.log")
         other.wait(timeout=200)
         assert other.returncode == 0, (tmp_path / "other.log").read_text()[-3000:]
         assert time.monotonic() - stopped_at > GRACE_S  # not before the grace period
@@ -258,4 +260,4 @@ def test_a_frozen_workers_trial_is_retried_once_its_heartbeat_is_stale(
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].user_attrs["worker"]["pid"] == other.pid
     assert retried[0].user_attrs["config"] == found[0].user_attrs["config"]
-    assert sum(counts_toward_budget(t) for t in found) == 3
+    assert sum(counts_toward_budget(t) for t in found) == 2
