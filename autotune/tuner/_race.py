@@ -141,10 +141,7 @@ def _rounds(
         for key in stop.dropped:
             alive.remove(key)
             runners[key].end(float(spec.trial.max_seconds))
-            why = ("slower than the leader beyond the noise" if key not in record.get("tied", ())
-                   else f"tied beyond what the rounds left could part with {stop.kept_for[key]}"
-                   if key in stop.kept_for else "tied with the leader beyond what the rounds left could part")
-            observer.racing(f"#{runners[key].group.trials[0]} dropped: {why}")
+            observer.racing(f"#{runners[key].group.trials[0]} dropped: {_why_dropped(key, record, stop)}")
         if stop.reason:
             for key, why in stop.kept_for.items():
                 observer.racing(f"a tie: #{runners[key].group.trials[0]} passed over for {why}")
@@ -186,28 +183,31 @@ def _judge(record: dict[str, Any], alive: list[str], number: int, precision: flo
     needed = now.versus_leader[runner_up].rounds_to_separate(now.fit.df)
     hopeless = needed is None or needed > most
     precise = now.speedup is None or (now.speedup.half_width is not None and now.speedup.half_width <= precision)
+    if not hopeless or (not precise and (runner_up == record["anchor"] or runner_up in stop.dropped)):
+        return stop
     # Of the two, the race keeps the lighter (fewer ranks, then fewer DataLoader workers): the same speed on less
-    lighter_kept = (runner_up != record["anchor"] and now.leader != record["anchor"]
-                    and lighter(_config(record, runner_up), _config(record, now.leader)))
-    tied, kept = (now.leader, runner_up) if lighter_kept else (runner_up, now.leader)
-    if hopeless and precise:
+    entrants = record["entrants"]
+    less = (runner_up != record["anchor"] and now.leader != record["anchor"]
+            and lighter(entrants[runner_up]["config"], entrants[now.leader]["config"]))
+    tied = now.leader if less else runner_up
+    if precise:
         stop.reason = "a tie"
-        if lighter_kept:
-            record.setdefault("tied", []).append(tied)  # the choice (choose_from_race) passes over it
-    elif hopeless and runner_up != record["anchor"] and runner_up not in stop.dropped:
+        if not less:
+            return stop
+    else:
         stop.dropped.append(tied)
-        record.setdefault("tied", []).append(tied)
-    if lighter_kept and tied in record.get("tied", ()):
-        stop.kept_for[tied] = f"#{_first_trial(record, kept)}, which runs on less ({lighter_kept})"
+    record.setdefault("tied", []).append(tied)  # the choice (choose_from_race) passes over it
+    if less:
+        stop.kept_for[tied] = f"#{entrants[runner_up]['trials'][0]}, which runs on less ({less})"
     return stop
 
 
-def _config(record: dict[str, Any], key: str) -> dict[str, Any]:
-    return dict(record["entrants"][key]["config"])
-
-
-def _first_trial(record: dict[str, Any], key: str) -> int:
-    return int(record["entrants"][key]["trials"][0])
+def _why_dropped(key: str, record: dict[str, Any], stop: _Stop) -> str:
+    if key in stop.kept_for:
+        return f"tied beyond what the rounds left could part with {stop.kept_for[key]}"
+    if key in record.get("tied", ()):
+        return "tied with the leader beyond what the rounds left could part"
+    return "slower than the leader beyond the noise"
 
 
 def _progress(number: int, now: Any, runners: dict[str, Runner]) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from autotune.objectives import choose
+from autotune.objectives import choose, lighter
 from autotune.report import headline_data
 from autotune.search_space import TrialConfig
 from autotune.tuner import Measured, NoLaunch, Observer, Tuner, replay_runner
@@ -155,8 +155,6 @@ def test_of_two_configurations_the_race_cannot_part_it_keeps_the_one_on_fewer_ra
 
 
 def test_lighter_counts_ranks_first_then_dataloader_workers() -> None:
-    from autotune.objectives import lighter
-
     assert lighter({"world_size": 1, "num_workers": 2}, {"world_size": 2, "num_workers": 0}) == "1 rank against 2"
     assert lighter({"world_size": 2, "num_workers": 0}, {"world_size": 1, "num_workers": 2}) is None
     assert lighter({"world_size": 2, "num_workers": 1}, {"world_size": 2, "num_workers": 2}) == (
