@@ -14,9 +14,15 @@ hook returned: the backward's computation has ended there, and what follows is w
 all-reduce still under way, plus DDP's copy of the result back into the gradients; and (2) each hook's own
 time (the division by the world size and the launch), which runs on the backward's thread and holds its
 computation up. An earlier bucket's all-reduce that finished while the backward still computed costs
-nothing there, as it costs the step nothing. This needs two clock readings per bucket (a handful per step)
-and no extra step: the alternative, timing a step under ``no_sync()`` and subtracting it, would run a
-different step and read two noisy times for one difference. Not separated: DDP's copy of a gradient into
+nothing there, as it costs the step nothing, unless it ran on a core the backward needed: (3) on the CPU
+the all-reduces run on the process group's own threads (gloo's), and where every core is busy they take their
+CPU from computation. While the backward computes (from the step's first bucket launch to its last), the time
+the backward's thread waited for a core (its run delay, /proc/thread-self/schedstat) up to the CPU time the
+gloo threads took (their thread CPU clocks) is exposed too: on spare cores the thread waits for none and
+nothing is added; on two cores shared by two ranks, each rank's all-reduces displace about their own CPU time
+of computation. This needs a few clock readings per bucket (about a microsecond each) and no extra step:
+the alternative, timing a step under ``no_sync()`` and subtracting it, would run a different step and read
+two noisy times for one difference. Not separated: DDP's copy of a gradient into
 its bucket, inside the C++ autograd hook, stays in ``forward_backward_s`` (with ``gradient_as_bucket_view``
 off, and on too: the loop's ``zero_grad(set_to_none=True)`` leaves fresh gradients that DDP copies in).
 FSDP's collectives run inside its own hooks: under FSDP ``sync_exposed_s`` is not separated (None) and is
@@ -25,6 +31,7 @@ part of ``forward_backward_s``. One rank without DDP has no synchronisation: 0.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -34,6 +41,41 @@ from autotune.trial_runner._noise import NoiseMeter
 
 PARTS = ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s")
 DATA, FORWARD_BACKWARD, SYNC, OPTIMIZER = range(len(PARTS))
+COMM_THREADS = ("gloo", "pt_gloo")  # the names of gloo's threads (its TCP loop and run loops) start with these
+
+
+class Displacement:
+    """On the CPU: how long this thread has waited for a core (its run delay) and how much CPU the process
+    group's threads have taken, in seconds, read in about a microsecond each. Made on the thread that runs the
+    backward; ``None`` from :meth:`open` where /proc has neither (another OS)."""
+
+    def __init__(self, schedstat: int, clocks: list[int]) -> None:
+        self._schedstat = schedstat
+        self._clocks = clocks
+
+    @classmethod
+    def open(cls) -> Displacement | None:
+        try:
+            schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            clocks = []
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/comm") as comm:
+                    if comm.read().startswith(COMM_THREADS):
+                        clocks.append(((~int(tid)) << 3) | 6)  # the thread's CPU clock (Linux's clockid)
+        except (OSError, ValueError):
+            return None
+        return cls(schedstat, clocks)
+
+    def reading(self) -> tuple[float, float]:
+        """(this thread's run delay, the comm threads' CPU time); a thread that ended counts no more."""
+        delay = int(os.pread(self._schedstat, 64, 0).split()[1]) / 1e9
+        cpu = 0.0
+        for clock in list(self._clocks):
+            try:
+                cpu += time.clock_gettime(clock)
+            except OSError:
+                self._clocks.remove(clock)
+        return delay, cpu
 
 
 class StepLaps:
@@ -48,6 +90,9 @@ class StepLaps:
         self.allreduce_calls = 0  # buckets launched, all steps (applied.json under plan.trace)
         self._last_launch: Any = None  # the last hook's end, the backward's computation's end
         self._hook_start: Any = None
+        self._displacement: Displacement | None = None  # CPU under DDP: opened at the first bucket
+        self._opened = False
+        self._computing: tuple[tuple[float, float], tuple[float, float]] | None = None  # first, last bucket
         self._pending: list[tuple[int, Any, Any]] = []  # CUDA: (part, start event, end event)
         self.totals = [0.0] * len(PARTS)
 
@@ -76,6 +121,12 @@ class StepLaps:
         """Called by the comm hook as DDP hands it a bucket, before the hook's own work."""
         self.allreduce_calls += 1
         self._hook_start = self.mark()
+        if self.on and not self.cuda and self._last_launch is None:  # the step's first bucket
+            if not self._opened:
+                self._displacement, self._opened = Displacement.open(), True
+            if self._displacement is not None:
+                reading = self._displacement.reading()
+                self._computing = (reading, reading)
 
     def bucket_hooked(self) -> None:
         """Called by the comm hook once it launched the bucket's all-reduce: the hook's time is exposed sync
@@ -87,6 +138,8 @@ class StepLaps:
             self._pending.append((SYNC, self._hook_start, end))
         else:
             self.totals[SYNC] += end - self._hook_start
+            if self._computing is not None and self._displacement is not None:
+                self._computing = (self._computing[0], self._displacement.reading())
         self._last_launch = end
 
     def backward_done(self, end: Any) -> None:
@@ -97,6 +150,10 @@ class StepLaps:
             else:
                 self.totals[SYNC] += end - self._last_launch
             self._last_launch = None
+        if self._computing is not None:
+            (delay0, cpu0), (delay1, cpu1) = self._computing
+            self.totals[SYNC] += max(0.0, min(delay1 - delay0, cpu1 - cpu0))  # (3) in the module's text
+            self._computing = None
 
     def take(self) -> list[float]:
         """The sums since the last call (CUDA: the stream is synchronised first), and start anew. The exposed

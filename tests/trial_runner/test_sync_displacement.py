@@ -1,0 +1,84 @@
+"""On the CPU the all-reduces that DDP hides behind the backward run on gloo's threads, and where every core is
+busy they take their CPU from the backward: that part counts as exposed sync (autotune/trial_runner/
+_anatomy.py, (3)). The readings are real (a thread named as gloo's, spinning; this thread's run delay); the rule
+is fed known readings."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import pytest
+import torch
+
+from autotune.trial_runner._anatomy import SYNC, Displacement, StepLaps
+
+
+def _named_spinner(name: bytes, seconds: float, named: threading.Event, go: threading.Event,
+                   spun: threading.Event, done: threading.Event) -> None:
+    ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME: the OS thread's name
+    named.set()
+    go.wait()
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+    spun.set()
+    done.wait()
+
+
+def test_the_gloo_threads_cpu_and_this_threads_wait_for_a_core_are_read() -> None:
+    named, named_too, go, spun, done = (threading.Event() for _ in range(5))
+    spinner = threading.Thread(target=_named_spinner, args=(b"pt_gloo_runloop", 0.3, named, go, spun, done))
+    other = threading.Thread(target=_named_spinner, args=(b"python", 0.3, named_too, go, threading.Event(), done))
+    displacement = None
+    try:
+        spinner.start()
+        other.start()  # not a comm thread: not counted
+        named.wait()
+        named_too.wait()
+        displacement = Displacement.open()
+        assert displacement is not None
+        delay0, cpu0 = displacement.reading()
+        go.set()
+        spun.wait()
+        delay1, cpu1 = displacement.reading()
+    finally:
+        done.set()
+        spinner.join()
+        other.join()
+    assert 0.3 <= cpu1 - cpu0 <= 0.32  # the spinner's CPU time since the first reading, and nothing else's
+    assert delay1 >= delay0 >= 0.0
+    assert displacement.reading() == (pytest.approx(delay1, abs=0.05), 0.0)  # an ended thread counts no more
+
+
+class _Readings:
+    def __init__(self, *readings: tuple[float, float]) -> None:
+        self._readings = list(readings)
+
+    def reading(self) -> tuple[float, float]:
+        return self._readings.pop(0)
+
+
+@pytest.mark.parametrize(("delay", "cpu", "counted"), [
+    (0.004, 0.003, 0.003),  # every core busy: the backward waited longer than gloo ran; gloo's CPU is exposed
+    (0.001, 0.003, 0.001),  # a spare core: the backward waited 1 ms, so at most 1 ms of gloo's time displaced it
+    (0.0, 0.003, 0.0),  # an idle core each: nothing displaced
+])
+def test_the_backwards_wait_for_a_core_counts_up_to_the_gloo_threads_cpu(delay: float, cpu: float,
+                                                                         counted: float) -> None:
+    laps = StepLaps(torch.device("cpu"), sync=True)
+    laps._opened = True
+    # three buckets: a reading at the first launch, then one as each bucket's launch ends (the last one counts)
+    laps._displacement = _Readings((1.0, 2.0), (1.0, 2.0), (1.0 + delay / 2, 2.0 + cpu / 3),
+                                   (1.0 + delay, 2.0 + cpu))  # type: ignore[assignment]
+    hooks = 0.0
+    for _ in range(3):
+        laps.bucket_launched()
+        laps.bucket_hooked()
+    hooks = laps.totals[SYNC]
+    end = laps.mark()
+    waited = end - laps._last_launch
+    laps.backward_done(end)
+    assert laps.totals[SYNC] - hooks - waited == pytest.approx(counted, abs=1e-9)
+    assert laps.allreduce_calls == 3
