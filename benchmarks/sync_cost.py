@@ -56,7 +56,7 @@ WARMUP, BLOCK = 8, 4  # all-synchronising warm-up steps; then blocks of steps (o
 WORKLOAD = "tests/trial_runner/sync_workload.py:build"
 
 
-def one_trial(launcher: Any, folder: Path, cap: int, steps: int) -> dict[str, Any]:
+def one_trial(launcher: Any, folder: Path, cap: int, steps: int, work: int) -> dict[str, Any]:
     from autotune.search_space import TrialConfig
     from autotune.spec import TrialLimits
     from autotune.trial_runner import Outcome, TrialPlan, run_trial
@@ -67,7 +67,7 @@ def one_trial(launcher: Any, folder: Path, cap: int, steps: int) -> dict[str, An
     limits = TrialLimits(warmup="fixed", warmup_steps=WARMUP, max_steps=steps, report_every=BLOCK, max_seconds=600)
     plan = TrialPlan(config=config, entrypoint=WORKLOAD, base_dir=str(REPO), limits=limits, trace=True,
                      args={"params": PARAMS, "param_mb": PARAM_MB, "reference": str(reference),
-                           "warmup": WARMUP, "block": BLOCK})
+                           "warmup": WARMUP, "block": BLOCK, "work": work})
     result = run_trial(plan, folder, launcher)
     if result.outcome is not Outcome.COMPLETE:
         raise SystemExit(f"trial {folder} did not complete: {result.reason}")
@@ -93,6 +93,8 @@ def main() -> None:
     parser.add_argument("--caps", type=int, nargs="+", default=[25, 4, 1], help="bucket_cap_mb values")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=96, help="steps a trial (96: 10 paired windows)")
+    parser.add_argument("--work", type=int, default=0,
+                        help="a WORK x WORK matrix product in the backward after each parameter's gradient (0: none)")
     parser.add_argument("--quick", action="store_true", help="2 caps x 1 repeat of 32 steps (2 paired windows)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -109,7 +111,7 @@ def main() -> None:
     try:
         with stage(f"{len(caps)} bucket caps x {repeats} interleaved repeats of {steps} steps"):
             per_cap = interleaved(caps, repeats, lambda cap, _r: one_trial(
-                launcher, runs / f"{time.strftime('%H%M%S')}-{next(count):03d}-cap{cap}", cap, steps))
+                launcher, runs / f"{time.strftime('%H%M%S')}-{next(count):03d}-cap{cap}", cap, steps, args.work))
     finally:
         launcher.close()
     rows = []
@@ -128,7 +130,8 @@ def main() -> None:
             "trials": trials,
         })
     print_table(
-        f"exposed sync vs what synchronising adds to a step, {PARAMS} x {PARAM_MB:g} MB of gradients, "
+        f"exposed sync vs what synchronising adds to a step, {PARAMS} x {PARAM_MB:g} MB of gradients"
+        f"{f', a {args.work}x{args.work} product after each in the backward' if args.work else ''}, "
         f"{repeats} interleaved repeats of {steps} steps",
         ["bucket_cap_mb", "all-reduces a step", "step, sync / no_sync (ms)", "exposed (ms/step)", "known cost (ms)",
          "median ratio", "p25-p75", "per trial", "windows"],
@@ -143,7 +146,7 @@ def main() -> None:
     print(f"worst |median ratio - 1|: {worst:.1%} {check(met)} target <= {TARGET:.0%} (needs a quiet machine)")
     out = default_out("sync_cost", args.quick) if args.out is None else Path(args.out)
     write_json(out, "sync_cost", {"caps": caps, "repeats": repeats, "steps": steps, "params": PARAMS,
-                                  "param_mb": PARAM_MB, "warmup": WARMUP, "block": BLOCK, "workload": WORKLOAD,
+                                  "param_mb": PARAM_MB, "warmup": WARMUP, "block": BLOCK, "workload": WORKLOAD, "work": args.work,
                                   "known_cost": "synchronising windows' step period less no_sync neighbours'"},
                {"rows": rows, "worst_deviation": worst, "met": met, "target": TARGET}, machine, started)
 

@@ -1,9 +1,11 @@
 """A workload whose step is gradient synchronisation and little else, and which measures what that
 synchronisation costs its steps itself, in the same ranks, seconds apart.
 
-``build(params, param_mb, reference, warmup, block)``: ``params`` parameters of ``param_mb`` MB of fp32 each
-(32 MB of gradients a step by default), each used through one element: the backward's computation is writing
-the gradients (a few ms), and the all-reduce of the rest is what the step waits for. The optimizer zeroes the
+``build(params, param_mb, reference, warmup, block, work)``: ``params`` parameters of ``param_mb`` MB of fp32
+each (32 MB of gradients a step by default), each used through one element: the backward's computation is
+writing the gradients (a few ms), and the all-reduce of the rest is what the step waits for. ``work`` > 0
+adds a ``work`` x ``work`` matrix product to the backward after each parameter's gradient: computation for
+the earlier buckets' all-reduces to run beside, on the same cores. The optimizer zeroes the
 gradients in place (it ignores ``set_to_none``), so they stay DDP's bucket views (``gradient_as_bucket_view``)
 and DDP copies nothing into its buckets: a synchronising step does the same computation as one without, plus
 the communication.
@@ -35,15 +37,36 @@ from torch.utils.data import Dataset
 import autotune
 
 
-class Grads(nn.Module):
-    """``params`` large parameters, each read through its first element: large gradients, little compute."""
+class Busy(torch.autograd.Function):
+    """The identity, whose backward first multiplies a ``work`` x ``work`` matrix by itself: computation in
+    the backward between one parameter's gradient and the next, for the all-reduces to overlap."""
 
-    def __init__(self, params: int, numel: int) -> None:
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, work: int) -> torch.Tensor:
+        ctx.work = work
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        a = torch.full((ctx.work, ctx.work), 1e-3)
+        torch.mm(a, a)
+        return grad, None
+
+
+class Grads(nn.Module):
+    """``params`` large parameters, each read through its first element: large gradients, little compute
+    (``work`` > 0: a matrix product in the backward after each parameter's gradient)."""
+
+    def __init__(self, params: int, numel: int, work: int = 0) -> None:
         super().__init__()
         self.ps = nn.ParameterList(nn.Parameter(torch.zeros(numel)) for _ in range(params))
+        self.work = work
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return sum(((p[:1] * x).sum() for p in self.ps), torch.zeros(()))
+        terms = ((p[:1] * x).sum() for p in self.ps)
+        if self.work:
+            terms = (Busy.apply(t, self.work) for t in terms)
+        return sum(terms, torch.zeros(()))
 
 
 class Ones(Dataset[torch.Tensor]):
@@ -97,7 +120,7 @@ def rank_file(reference: Path, rank: int) -> Path:
 
 
 def build(params: int = 8, param_mb: float = 4.0, reference: str = "", warmup: int = 8,
-          block: int = 4) -> autotune.Workload:
+          block: int = 4, work: int = 0) -> autotune.Workload:
     timed = Reference(reference, warmup, block)
 
     def loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
@@ -109,7 +132,7 @@ def build(params: int = 8, param_mb: float = 4.0, reference: str = "", warmup: i
 
     return autotune.Workload(
         optimizer=sgd,
-        model=lambda: Grads(params, int(param_mb * (1 << 20)) // 4),
+        model=lambda: Grads(params, int(param_mb * (1 << 20)) // 4, work),
         dataset=Ones,
         loss=loss,
         base_lr=1e-4,
