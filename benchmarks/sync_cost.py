@@ -16,6 +16,7 @@ number of all-reduces a step (DDP's layout), and the exposed time follows that l
 
     python benchmarks/sync_cost.py                  # 3 caps x 3 interleaved repeats of 64-step trials
     python benchmarks/sync_cost.py --quick          # smoke run: 2 caps x 1 repeat of 24 steps
+    python benchmarks/sync_cost.py --work 600       # ~40 ms of computation in the backward beside the all-reduces
 
 Needs a quiet machine: the known cost is a difference of two step times, and a neighbour's load moves a
 window's steps by more than the difference.
@@ -146,7 +147,8 @@ def main() -> None:
     print(f"worst |median ratio - 1|: {worst:.1%} {check(met)} target <= {TARGET:.0%} (needs a quiet machine)")
     out = default_out("sync_cost", args.quick) if args.out is None else Path(args.out)
     write_json(out, "sync_cost", {"caps": caps, "repeats": repeats, "steps": steps, "params": PARAMS,
-                                  "param_mb": PARAM_MB, "warmup": WARMUP, "block": BLOCK, "workload": WORKLOAD, "work": args.work,
+                                  "param_mb": PARAM_MB, "warmup": WARMUP, "block": BLOCK, "workload": WORKLOAD,
+                                  "work": args.work,
                                   "known_cost": "synchronising windows' step period less no_sync neighbours'"},
                {"rows": rows, "worst_deviation": worst, "met": met, "target": TARGET}, machine, started)
 
