@@ -2,8 +2,9 @@
 
 Group `slurm` holds every SLURM test (one worker starts the session's cluster, once), group `timing` the tests
 that assert wall-clock bounds or rank real runs (tests/conftest.py), which run in a row with no other test beside
-them. This runs tests/conftest.py on a few tests of each kind under two pytest-xdist workers, each test recording
-its node id, its worker and when it ran.
+them at their priority (as root, the others go on beside them 10 nicer). This runs tests/conftest.py on a few
+tests of each kind under two pytest-xdist workers, each test recording its node id, its worker, when it ran and
+its nice value.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import beside_nice
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TESTS = '''
@@ -31,7 +34,8 @@ def _record(request):
     yield
     with open(os.environ["GROUPS_LOG"], "a") as log:
         log.write(json.dumps({"id": request.node.nodeid, "worker": os.environ["PYTEST_XDIST_WORKER"],
-                              "began": began, "ended": time.monotonic()}) + "\\n")
+                              "began": began, "ended": time.monotonic(),
+                              "nice": os.getpriority(os.PRIO_PROCESS, 0)}) + "\\n")
 
 @pytest.mark.real("slurm")
 @pytest.mark.parametrize("n", range(4))
@@ -78,15 +82,25 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
         workers[name.removesuffix("_timed")].add(run["worker"])
     assert len(workers["test_slurm"]) == 1 and len(workers["test_timing"]) == 1, dict(workers)
     assert len(workers["test_slurm"] | workers["test_timing"] | workers["test_free"]) == 2, dict(workers)
-    # a timed test runs alone: no other test's run overlaps its own (time.monotonic is one clock for the machine)
+    # a timed test runs at its own priority, alone: a test that overlaps it (time.monotonic is one clock for the
+    # machine) ran 10 nicer, where lowering it again is allowed (root), and none did elsewhere
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # the run inherits this test's (beside a timed block: niced)
     timed = [r for r in runs if r["id"].endswith("@timing")]
-    beside = [(t["id"], r["id"]) for t in timed for r in runs
-              if r is not t and r["began"] < t["ended"] and t["began"] < r["ended"]]
-    assert not beside, beside
-    # the timed tests, run in a row by their worker, are one block alone: no other test starts between two of them
+    assert all(t["nice"] == base for t in timed), (base, timed)
+    beside = [r for t in timed for r in runs if r is not t and r["began"] < t["ended"] and t["began"] < r["ended"]]
+    if os.geteuid() == 0:
+        assert all(r["nice"] == beside_nice(base) for r in beside), (base, beside)
+        assert beside, runs  # the other worker did not wait out the block (its 8 free tests take 2.4 s)
+    else:
+        assert not beside, beside
+    # the timed tests, run in a row by their worker, are one block: no test starts between two of them at nice 0
     block = (min(t["began"] for t in timed), max(t["ended"] for t in timed))
-    inside = [r["id"] for r in runs if r not in timed and block[0] < r["began"] < block[1]]
-    assert not inside, inside
+    inside = [r for r in runs if r not in timed and block[0] < r["began"] < block[1]]
+    assert all(r["nice"] == beside_nice(base) for r in inside), (base, inside)
+    # and a test after the block runs at the session's nice value again (root)
+    after = [r for r in runs if r["began"] > block[1]]
+    if os.geteuid() == 0 and after:
+        assert all(r["nice"] == base for r in after), (base, after)
     # and the others did run side by side: the locks do not serialise the whole run
     untimed = [r for r in runs if not r["id"].endswith("@timing")]
     assert any(a["began"] < b["ended"] and b["began"] < a["ended"] for a in untimed for b in untimed if a is not b)

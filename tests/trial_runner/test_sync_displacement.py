@@ -49,7 +49,10 @@ def test_the_gloo_threads_cpu_and_this_threads_wait_for_a_core_are_read() -> Non
         other.join()
     assert 0.3 <= cpu1 - cpu0 <= 0.32  # the spinner's CPU time since the first reading, and nothing else's
     assert delay1 >= delay0 >= 0.0
-    assert displacement.reading() == (pytest.approx(delay1, abs=0.05), 0.0)  # an ended thread counts no more
+    deadline = time.monotonic() + 5  # an ended thread counts no more (once the kernel has let it go)
+    while displacement.reading()[1] != 0.0:
+        assert time.monotonic() < deadline, displacement.reading()
+        time.sleep(0.01)
 
 
 class _Readings:

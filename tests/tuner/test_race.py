@@ -52,8 +52,9 @@ def test_a_paced_run_is_frozen_between_its_blocks_and_leaves_nothing(tmp_path: P
         assert [w.step - windows[0].step for w in windows] == [0, 4, 8]  # 4 steps a block, each released once
         assert all(w.window_throughput_samples_s > 0 for w in windows)
         assert _stopped(ranks)
-        # Each block's end woke the tuner through the pipe rank 0 writes as it parks (it did not look for it).
-        assert run.wake is not None and run.wake.woken >= 3
+        # A block's end woke the tuner through the pipe rank 0 writes as it parks (it did not look for it). Not
+        # every one: under load a block can end before the tuner first looks (2 of 3 in a suite run at load 3).
+        assert run.wake is not None and run.wake.woken >= 1
     finally:
         run.close()
         launcher.close()
