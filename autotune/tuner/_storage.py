@@ -41,7 +41,7 @@ def make_storage(url: str) -> BaseStorage:
         engine_kwargs["connect_args"] = {"timeout": 60}
     else:
         engine_kwargs["pool_pre_ping"] = True
-        engine_kwargs["connect_args"] = _connect_args(url)
+        engine_kwargs["connect_args"] = _connect_args(url, idle_in_transaction_s=grace_period_s())
 
     def connect() -> optuna.storages.RDBStorage:
         with quiet():
@@ -169,9 +169,19 @@ def _server_lock(url: str, backend: str, key: bytes, name: str, wait: bool, time
         engine.dispose()
 
 
-def _connect_args(url: str) -> dict[str, Any]:
-    # A host that does not answer at all: a failed try, waited out like a refused one, not a hang.
-    return {"connect_timeout": CONNECT_TIMEOUT_S} if url.startswith("postgresql") else {}
+def _connect_args(url: str, idle_in_transaction_s: int | None = None) -> dict[str, Any]:
+    """PostgreSQL's connection options. ``connect_timeout``: a host that does not answer at all is a failed try,
+    waited out like a refused one, not a hang. ``idle_in_transaction_s``: the server ends a session of this
+    process that sits inside a transaction that long, and the row locks it holds go with it. A worker frozen
+    mid-write (SIGSTOP, a paused VM) would otherwise hold its trial's row lock for good, and every other
+    worker failing that trial as stale would wait on it, forever: the grace period after which its trial is
+    taken from it is also when its locks are. autotune's transactions last milliseconds."""
+    if not url.startswith("postgresql"):
+        return {}
+    args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    if idle_in_transaction_s is not None:
+        args["options"] = f"-c idle_in_transaction_session_timeout={idle_in_transaction_s * 1000}"
+    return args
 
 
 def unless_down(storage: BaseStorage, call: Callable[[], object]) -> bool:
