@@ -27,6 +27,7 @@ import contextlib
 import faulthandler
 import fcntl
 import glob
+import json
 import os
 import shutil
 import signal
@@ -43,6 +44,7 @@ from typing import IO
 import pytest
 
 from autotune.trial_runner import free_port as _free_port
+from tests._processes import family_cpu_s, process_family
 
 # OpenMP threads waiting for work sleep instead of spinning: the suite runs three workers' trials on two cores, where
 # a spinning thread holds a core another process's rank needs (two test files, -n 3, alternated A B B A: 62-67 s
@@ -285,28 +287,12 @@ def _is_timed(item: pytest.Item | None) -> bool:
     return item is not None and "timing" in _groups_of(item)
 
 
-def _family(root: int) -> list[int]:
-    """``root`` and every process descended from it (by parent pid) at this moment."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(parent, []).append(int(entry.name))
-    family, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        family.append(pid)
-        todo.extend(children.get(pid, ()))
-    return family
-
-
 def _nice_family(nice: int) -> None:
     """Every thread of this worker and of its processes (its zygote, the trials it runs) at ``nice``: a process
     started later inherits it. Raising is anyone's right; lowering it again is root's (the caller checks)."""
     if _NICE[0] == nice:
         return
-    for pid in _family(os.getpid()):
+    for pid in process_family(os.getpid()):
         with contextlib.suppress(OSError):
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(ProcessLookupError):
@@ -360,6 +346,31 @@ def pytest_timed_tests_run_alone(item: pytest.Item, nextitem: pytest.Item | None
                 if not beside:
                     fcntl.flock(lock, fcntl.LOCK_UN)
                 lock.close()
+
+
+CPU_LOG = "AUTOTUNE_TEST_CPU_LOG"  # a file: each test's wall and CPU seconds, one JSON line a test
+
+
+# innermost (trylast): the timed gate's wait is not the test's
+@pytest.hookimpl(hookwrapper=True, trylast=True, specname="pytest_runtest_protocol")
+def pytest_cpu_log(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With AUTOTUNE_TEST_CPU_LOG set, every test appends ``{"id", "worker", "wall_s", "cpu_s"}`` to that file:
+    the CPU of the worker and every process it started (its zygote, the trials, `autotune run` subprocesses)
+    from the test's start to its end. Under `-n 3` the suite is CPU-bound, so this is where its time goes."""
+    path = os.environ.get(CPU_LOG)
+    if not path:
+        yield
+        return
+    cpu, began = family_cpu_s(os.getpid()), time.monotonic()
+    yield
+    line = json.dumps({"id": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                       "wall_s": round(time.monotonic() - began, 3),
+                       "cpu_s": round(family_cpu_s(os.getpid()) - cpu, 2)})
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())  # one write per line: the workers' lines do not interleave
+    finally:
+        os.close(fd)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
