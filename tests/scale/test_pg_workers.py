@@ -152,8 +152,10 @@ def test_four_workers_times_12_trials_lose_none(tmp_path: Path, postgres_url: st
 
 @pytest.mark.slow
 def test_a_sigkilled_workers_trial_is_retried_by_another(tmp_path: Path, postgres_url: str) -> None:
-    # Trials of 1.5 s and more (30 steps of 50 ms) so one can be caught running (the test looks every 0.2 s).
-    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=30)
+    # Trials of 3 s and more (60 steps of 50 ms) so one can be caught running (the test looks every 0.2 s, and
+    # each look reads the study from PostgreSQL: under a suite's load 1.5 s trials let the victim finish its whole
+    # budget unseen once).
+    study = write_study(tmp_path, postgres_url, fault="slow", max_steps=60)
     victim = start_worker(study, 3, tmp_path / "victim.log")
     survivor = start_worker(study, 3, tmp_path / "survivor.log")
     try:
