@@ -52,7 +52,7 @@ def test_timing(n):
 def test_slurm_timed():
     pass
 
-@pytest.mark.parametrize("n", range(8))
+@pytest.mark.parametrize("n", range(12))
 def test_free(n):
     pass
 '''
@@ -72,7 +72,7 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(runs) == 17, runs
+    assert len(runs) == 21, runs
     workers: dict[str, set[str]] = defaultdict(set)
     for run in runs:
         name = re.split(r"[\[@]", run["id"].split("::")[1])[0]
@@ -90,15 +90,16 @@ def test_each_group_runs_on_one_worker(tmp_path: Path) -> None:
     beside = [r for t in timed for r in runs if r is not t and r["began"] < t["ended"] and t["began"] < r["ended"]]
     if os.geteuid() == 0:
         assert all(r["nice"] == beside_nice(base) for r in beside), (base, beside)
-        assert beside, runs  # the other worker did not wait out the block (its 8 free tests take 2.4 s)
+        assert beside, runs  # the other worker did not wait out the block (its 12 free tests take 3.6 s)
     else:
         assert not beside, beside
     # the timed tests, run in a row by their worker, are one block: no test starts between two of them at nice 0
     block = (min(t["began"] for t in timed), max(t["ended"] for t in timed))
     inside = [r for r in runs if r not in timed and block[0] < r["began"] < block[1]]
     assert all(r["nice"] == beside_nice(base) for r in inside), (base, inside)
-    # and a test after the block runs at the session's nice value again (root)
-    after = [r for r in runs if r["began"] > block[1]]
+    # and a test after the block runs at the session's nice value again (root). A test that passed the gate
+    # while the last timed test was ending runs niced and may begin just after it: half a second's margin.
+    after = [r for r in runs if r["began"] > block[1] + 0.5]
     if os.geteuid() == 0 and after:
         assert all(r["nice"] == base for r in after), (base, after)
     # and the others did run side by side: the locks do not serialise the whole run

@@ -69,6 +69,7 @@ def test_another_process_on_a_held_gpu_makes_the_trial_busy() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("timing")  # two loads compared: niced beside a timed block the hog barely moved it
 def test_a_cpu_hog_beside_a_real_trial_raises_its_machine_load(run_faulty: RunFaulty) -> None:
     # Real ranks (the warm launcher, the default), a real busy loop on every core they lease. Whatever else
     # runs on this shared machine runs in both; the hog only in the second.
