@@ -78,39 +78,28 @@ def wait_none_in(folder: Path, within_s: float = 10.0) -> list[str]:
     return wait_until_none(lambda: processes_in(folder), within_s)
 
 
-def _process_table() -> tuple[dict[int, list[int]], dict[int, float]]:
-    """Every process's children (by parent pid) and its CPU seconds (its own and its reaped children's), from
-    /proc: one pass, a few milliseconds."""
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        pid = int(entry.name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        cpu[pid] = sum(int(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
-    return children, cpu
+
+def _family_processes(root: int) -> list[psutil.Process]:
+    try:
+        parent = psutil.Process(root)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
-def process_family(root: int, table: tuple[dict[int, list[int]], dict[int, float]] | None = None) -> list[int]:
+def process_family(root: int) -> list[int]:
     """``root`` and every process descended from it (by parent pid) at this moment."""
-    children, _ = table or _process_table()
-    family, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        family.append(pid)
-        todo.extend(children.get(pid, ()))
-    return family
+    return [p.pid for p in _family_processes(root)]
 
 
 def family_cpu_s(root: int) -> float:
     """The CPU seconds of ``root`` and its descendants: the living ones' own and what they reaped of theirs (a
     process that left the family, such as a daemon reparented to init, is not counted)."""
-    table = _process_table()
-    return sum(table[1].get(pid, 0.0) for pid in process_family(root, table))
+    total = 0.0
+    for process in _family_processes(root):
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:  # ended meanwhile
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total

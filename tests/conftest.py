@@ -18,7 +18,7 @@ a session of its own: its own PostgreSQL, lease folder and warm zygote. Tests of
 worker, one after another: group `slurm` holds every test of a SLURM cluster (so one worker starts it, once),
 group `timing` the tests that assert wall-clock bounds or rank real runs (marked in their files); the timed
 tests run as one block with no other test beside it at their priority: as root, the other workers' tests go on
-beside the block at nice 10 and take the cores the timed tests leave.
+beside the block 10 nicer and take the cores the timed tests leave.
 """
 
 from __future__ import annotations
