@@ -81,13 +81,18 @@ def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(
     (tmp_path / "faulty.py").write_text(FAULTY.read_text())
     (tmp_path / "study.yaml").write_text("name: codes\nworkload: {entrypoint: faulty.py:build}\n")
     monkeypatch.chdir(tmp_path)
+
+    def zygotes() -> set[int]:
+        found = set()  # (other fixtures' daemons may run, and an earlier test's child be a zombie not yet reaped)
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+                if "autotune.trial_runner._zygote" in " ".join(p.cmdline()):
+                    found.add(p.pid)
+        return found
+
+    before = zygotes()  # a session-scoped warm launcher's zygote (tests/trial_runner/conftest.py) may be one
     out = CliRunner().invoke(main, ["run", "study.yaml"])
     assert out.exit_code == 130, out.output
     assert out.output.strip().splitlines() == ["interrupted: nothing was started or recorded"]
-    zygotes = []  # (other fixtures' daemons may run, and an earlier test's child be a zombie not yet reaped)
-    for p in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
-            if "autotune.trial_runner._zygote" in " ".join(p.cmdline()):
-                zygotes.append(p.pid)
-    assert not zygotes
+    assert not zygotes() - before
     assert not (tmp_path / "runs").exists() and not (tmp_path / "codes.db").exists()
