@@ -16,11 +16,13 @@ time (the division by the world size and the launch), which runs on the backward
 computation up. An earlier bucket's all-reduce that finished while the backward still computed costs
 nothing there, as it costs the step nothing, unless it ran on a core the backward needed: (3) on the CPU
 the all-reduces run on the process group's own threads (gloo's), and where every core is busy they take their
-CPU from computation. While the backward computes (from the step's first bucket launch to its last), the time
-the backward's thread waited for a core (its run delay, /proc/thread-self/schedstat) up to the CPU time the
-gloo threads took (their thread CPU clocks) is exposed too: on spare cores the thread waits for none and
-nothing is added; on two cores shared by two ranks, each rank's all-reduces displace about their own CPU time
-of computation. This needs a few clock readings per bucket (about a microsecond each) and no extra step:
+CPU from computation. While the backward computes between bucket launches (from one hook's end to the next
+hook's start, the step's first launch to its last: a hook's own time is exposed whole, a wait for a core inside
+it is not counted twice), the time the backward's thread waited for a core (its run delay,
+/proc/thread-self/schedstat) up to the CPU time the gloo threads took (their thread CPU clocks) is exposed too:
+on spare cores the thread waits for none and nothing is added; on two cores shared by two ranks, each rank's
+all-reduces displace about their own CPU time of computation. This needs a few clock readings per bucket
+(about a microsecond each) and no extra step:
 the alternative, timing a step under ``no_sync()`` and subtracting it, would run a different step and read
 two noisy times for one difference. Not separated: DDP's copy of a gradient into
 its bucket, inside the C++ autograd hook, stays in ``forward_backward_s`` (with ``gradient_as_bucket_view``
@@ -92,7 +94,11 @@ class StepLaps:
         self._hook_start: Any = None
         self._displacement: Displacement | None = None  # CPU under DDP: opened at the first bucket
         self._opened = False
-        self._computing: tuple[tuple[float, float], tuple[float, float]] | None = None  # first, last bucket
+        # (3): this step's run delay and comm threads' CPU summed over the computation between hooks (a hook's own
+        # time is exposed whole: a wait for a core inside it is not counted twice), and the reading as the last
+        # hook ended
+        self._computing = (0.0, 0.0)
+        self._gap: tuple[float, float] | None = None
         self._pending: list[tuple[int, Any, Any]] = []  # CUDA: (part, start event, end event)
         self.totals = [0.0] * len(PARTS)
 
@@ -121,12 +127,14 @@ class StepLaps:
         """Called by the comm hook as DDP hands it a bucket, before the hook's own work."""
         self.allreduce_calls += 1
         self._hook_start = self.mark()
-        if self.on and not self.cuda and self._last_launch is None:  # the step's first bucket
-            if not self._opened:
-                self._displacement, self._opened = Displacement.open(), True
-            if self._displacement is not None:
-                reading = self._displacement.reading()
-                self._computing = (reading, reading)
+        if not self.on or self.cuda:
+            return
+        if self._last_launch is None and not self._opened:  # the first bucket of the first step
+            self._displacement, self._opened = Displacement.open(), True
+        if self._displacement is not None and self._gap is not None:  # the computation since the last hook ended
+            (delay0, cpu0), (delay1, cpu1) = self._gap, self._displacement.reading()
+            self._computing = (self._computing[0] + delay1 - delay0, self._computing[1] + cpu1 - cpu0)
+            self._gap = None
 
     def bucket_hooked(self) -> None:
         """Called by the comm hook once it launched the bucket's all-reduce: the hook's time is exposed sync
@@ -138,8 +146,8 @@ class StepLaps:
             self._pending.append((SYNC, self._hook_start, end))
         else:
             self.totals[SYNC] += end - self._hook_start
-            if self._computing is not None and self._displacement is not None:
-                self._computing = (self._computing[0], self._displacement.reading())
+            if self._displacement is not None:
+                self._gap = self._displacement.reading()
         self._last_launch = end
 
     def backward_done(self, end: Any) -> None:
@@ -150,10 +158,9 @@ class StepLaps:
             else:
                 self.totals[SYNC] += end - self._last_launch
             self._last_launch = None
-        if self._computing is not None:
-            (delay0, cpu0), (delay1, cpu1) = self._computing
-            self.totals[SYNC] += max(0.0, min(delay1 - delay0, cpu1 - cpu0))  # (3) in the module's text
-            self._computing = None
+        delay, cpu = self._computing
+        self.totals[SYNC] += max(0.0, min(delay, cpu))  # (3) in the module's text
+        self._computing, self._gap = (0.0, 0.0), None
 
     def take(self) -> list[float]:
         """The sums since the last call (CUDA: the stream is synchronised first), and start anew. The exposed

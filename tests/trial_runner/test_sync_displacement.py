@@ -72,10 +72,15 @@ def test_the_backwards_wait_for_a_core_counts_up_to_the_gloo_threads_cpu(delay: 
                                                                          counted: float) -> None:
     laps = StepLaps(torch.device("cpu"), sync=True)
     laps._opened = True
-    # three buckets: a reading at the first launch, then one as each bucket's launch ends (the last one counts)
-    laps._displacement = _Readings((1.0, 2.0), (1.0, 2.0), (1.0 + delay / 2, 2.0 + cpu / 3),
-                                   (1.0 + delay, 2.0 + cpu))  # type: ignore[assignment]
-    hooks = 0.0
+    # three buckets: a reading as each hook ends and as the next one starts; between the hooks the backward
+    # computes (half the delay and a third of gloo's CPU in the first gap, the rest in the second), and inside
+    # the hooks it waits 5 ms more, which the hooks' own time holds already
+    in_hook = 0.005
+    laps._displacement = _Readings(  # type: ignore[assignment]
+        (1.0, 2.0), (1.0 + delay / 2, 2.0 + cpu / 3),  # first hook's end, second launch
+        (1.0 + delay / 2 + in_hook, 2.0 + cpu / 3), (1.0 + delay + in_hook, 2.0 + cpu),  # second hook's end, third
+        (1.0 + delay + 2 * in_hook, 2.0 + cpu),  # third hook's end
+    )
     for _ in range(3):
         laps.bucket_launched()
         laps.bucket_hooked()
@@ -85,3 +90,11 @@ def test_the_backwards_wait_for_a_core_counts_up_to_the_gloo_threads_cpu(delay: 
     laps.backward_done(end)
     assert laps.totals[SYNC] - hooks - waited == pytest.approx(counted, abs=1e-9)
     assert laps.allreduce_calls == 3
+    # the next step starts afresh: one bucket, no gap between hooks, nothing displaced
+    laps._displacement = _Readings((9.0, 9.0))  # type: ignore[assignment]
+    before = laps.totals[SYNC]
+    laps.bucket_launched()
+    laps.bucket_hooked()
+    hooked = laps.totals[SYNC] - before
+    laps.backward_done(laps._last_launch)
+    assert laps.totals[SYNC] - before == pytest.approx(hooked, abs=1e-9)
