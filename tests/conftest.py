@@ -45,6 +45,7 @@ import pytest
 
 from autotune.trial_runner import free_port as _free_port
 from tests._processes import family_cpu_s, process_family
+from tests._shared_zygote import SharedZygote, lent
 
 # OpenMP threads waiting for work sleep instead of spinning: the suite runs three workers' trials on two cores, where
 # a spinning thread holds a core another process's rank needs (two test files, -n 3, alternated A B B A: 62-67 s
@@ -85,6 +86,24 @@ def _session_lease_dir() -> Iterator[None]:
     else:
         os.environ["AUTOTUNE_LEASE_DIR"] = previous
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _shared_zygote(_session_lease_dir: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedZygote]:
+    shared = SharedZygote(tmp_path_factory.mktemp("zygote"))
+    yield shared
+    shared.close()
+
+
+@pytest.fixture(autouse=True)
+def _lend_the_zygote(request: pytest.FixtureRequest, _shared_zygote: SharedZygote) -> Iterator[None]:
+    """In-process studies borrow the session's warm zygote (tests/_shared_zygote.py), except in a test marked
+    `own_zygote`: one that checks the zygote's own start or end."""
+    if request.node.get_closest_marker("own_zygote"):
+        yield
+        return
+    with lent(_shared_zygote):
+        yield
 
 
 # ---------------------------------------------------------------------------------------------- real parts
@@ -130,6 +149,7 @@ _STDERR_FD: list[int] = []  # the terminal's stderr, kept while pytest's capture
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real(part): the test runs a real part (postgresql, slurm, chromium)")
+    config.addinivalue_line("markers", "own_zygote: in-process studies start their own zygote, as the product does")
     _STDERR_FD.append(os.dup(2))  # fd 2 is a capture file while a test runs
     # A shell ignores SIGINT for what it starts in the background (`pytest &` in a script, nohup), and an
     # ignored signal stays ignored in every process started from here: the tests' `autotune run` would not

@@ -62,6 +62,7 @@ def test_exit_codes_are_in_the_help() -> None:
         assert fragment in " ".join(help_text.split()), help_text
 
 
+@pytest.mark.own_zygote  # the command's own zygote is what must not outlive it
 @pytest.mark.parametrize("where", ["read_spec", "check_workload_fits"])
 def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(
     where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

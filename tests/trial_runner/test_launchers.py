@@ -187,6 +187,7 @@ def test_a_tuner_killed_with_sigkill_takes_its_trial_along(kind: str, tmp_path: 
             tuner.wait(timeout=10)
 
 
+@pytest.mark.own_zygote  # the launcher's own zygote, as it starts and ends
 def test_a_launcher_closed_before_its_first_launch_ends_the_importing_zygote_at_once() -> None:
     # A study that fails to open (a refused storage) closes the launcher while its zygote still imports
     # torch: it is killed, not waited for (closing its stdin would wait out the imports), and leaves nothing.
@@ -203,6 +204,7 @@ def test_a_launcher_closed_before_its_first_launch_ends_the_importing_zygote_at_
     assert not psutil.pid_exists(zygote.pid) or psutil.Process(zygote.pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.own_zygote  # the launcher's own zygote, as it starts and ends
 def test_prepare_starts_the_zygote_without_waiting_for_it(tmp_path: Path) -> None:
     # prepare() returns while the zygote still imports torch (seconds); the first launch waits for it.
     plan = TrialPlan(

@@ -117,6 +117,7 @@ def _affinity_at_first_window(trial_dir: Path, seen: dict[str, set[int]]) -> obj
 
 
 @pytest.mark.slow
+@pytest.mark.own_zygote  # two launchers at once, each pinning its zygote to its cores
 def test_two_trials_on_one_machine_run_one_after_the_other_by_default(tmp_path: Path) -> None:
     said: list[str] = []
     launchers = [WarmLauncher(leases=board(tmp_path / "leases", said, cores=tuple(sorted(os.sched_getaffinity(0)))))
@@ -138,6 +139,7 @@ def test_two_trials_on_one_machine_run_one_after_the_other_by_default(tmp_path: 
     assert started >= ended[first] - 0.5  # the waiter began once the first trial was gone
 
 
+@pytest.mark.own_zygote  # two launchers at once, each pinning its zygote to its cores
 def test_with_cores_per_rank_trials_run_side_by_side_on_their_own_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

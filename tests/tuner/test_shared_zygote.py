@@ -1,0 +1,69 @@
+"""The suite's seam (tests/_shared_zygote.py): in-process studies fork their trials from the session's zygote,
+and a study whose trials need another environment still gets a zygote of its own, closed with it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import psutil
+
+from tests._shared_zygote import SharedZygote
+
+from .conftest import StudyDir, assert_nothing_left
+
+SPACE = {"batch_size": {"choices": [8, 16]}}
+TRIAL = {"warmup_steps": 1, "max_steps": 4, "report_every": 2, "max_seconds": 30, "hang_seconds": 10}
+
+
+def _zygotes() -> set[int]:
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "autotune.trial_runner._zygote" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+        except psutil.Error:
+            pass
+    return {pid for pid in found if psutil.Process(pid).ppid() == psutil.Process().pid}
+
+
+def test_two_in_process_studies_fork_from_the_sessions_zygote(
+    study_dir: Callable[..., StudyDir], _shared_zygote: SharedZygote
+) -> None:
+    first = study_dir("lent-a", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    second = study_dir("lent-b", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    for sd in (first, second):
+        out = sd.cli("run", "study.yaml", "--n-trials", "2")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert_nothing_left(sd.load(), sd)  # the trials' processes are gone; the zygote lives in its own folder
+        assert _shared_zygote.proc is not None and _shared_zygote.proc.poll() is None
+        assert _zygotes() == {_shared_zygote.proc.pid}  # no zygote of the run's own, none left behind
+    for sd in (first, second):
+        trials = sd.load().trials
+        assert len(trials) == 2 and all(t.user_attrs["outcome"] == "complete" for t in trials)
+
+
+def test_a_study_with_env_values_starts_and_closes_its_own_zygote(
+    study_dir: Callable[..., StudyDir], _shared_zygote: SharedZygote
+) -> None:
+    sd = study_dir("own-env", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0},
+                   env={"OMP_WAIT_POLICY": "ACTIVE"})
+    before = _zygotes()
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.05):
+            seen.update(_zygotes())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        out = sd.cli("run", "study.yaml", "--n-trials", "1")
+    finally:
+        done.set()
+        watcher.join()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert seen - before, "the run forked its trial from a zygote started under another environment"
+    assert_nothing_left(sd.load(), sd)
+    assert _zygotes() <= before  # its own zygote ended with the run
