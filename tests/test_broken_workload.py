@@ -6,8 +6,6 @@ cannot see it) stops `autotune run` after three trials with one line and exit 1,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +16,7 @@ import torch
 
 import autotune
 from autotune.tuner import STOP_AFTER, find_broken
+from tests._cli import autotune as in_process
 
 USER_FILE = "/home/user/project/wl.py"
 AUTOTUNE_FILE = Path(autotune.__file__).parent / "trial_runner" / "_training.py"
@@ -111,12 +110,11 @@ def test_run_stops_early_and_exits_1(tmp_path: Path) -> None:
         "search_space: {batch_size: {low: 4, high: 32, log: true}}\n"
         "trial: {warmup_steps: 1, max_steps: 4, max_seconds: 60}\nbudget: {n_trials: 12}\n"
     )
-    check = subprocess.run([sys.executable, "-m", "autotune.cli", "validate", "study.yaml"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=120, check=False)
-    assert check.returncode == 0, check.stderr  # in-process the loss works: only the ranks fail
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=400, check=False)
-    assert out.returncode == 1, out.stdout + out.stderr
+    # (the CLI in this process, tests/_cli.py: what is checked is the exit status and the one line)
+    check = in_process("validate", "study.yaml", cwd=tmp_path)
+    assert check.exit_code == 0, check.output  # in-process the loss works: only the ranks fail
+    out = in_process("run", "study.yaml", cwd=tmp_path)
+    assert out.exit_code == 1, out.output
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1, out.stderr
     assert "stopped early" in errors[0] and "`autotune trial study.yaml`" in errors[0]
