@@ -51,6 +51,18 @@ def leftovers(trial_dir: Path) -> list[str]:
     )
 
 
+def zygotes(recursive: bool = False) -> set[int]:
+    """The live warm zygotes among this process's children (with ``recursive``, its descendants)."""
+    found = set()
+    for proc in psutil.Process().children(recursive=recursive):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and "autotune.trial_runner._zygote" in " ".join(proc.cmdline()):
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
 def processes_in(folder: Path, exclude: tuple[int, ...] = ()) -> list[str]:
     """Processes started from ``folder`` (the tuner runs there, so its launcher, warm zygote, torchrun, ranks
     and DataLoader workers inherit it as their working directory) or naming it on their command line."""

@@ -41,7 +41,6 @@ class SharedZygote:
         config = TrialConfig.create(base_lr=0.01, base_batch_size=32, batch_size=32, world_size=1)
         self.env = trial_environment(TrialPlan(config=config, entrypoint="none:build", base_dir=str(folder)))
         self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
 
     def get(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
@@ -61,7 +60,6 @@ class SharedZygote:
         if not line or not json.loads(line).get("ready"):
             proc.kill()
             raise RuntimeError(f"the session's zygote did not start: {line!r}")
-        self.starts += 1
         return proc
 
     def close(self) -> None:

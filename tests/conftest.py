@@ -98,7 +98,7 @@ def _shared_zygote(_session_lease_dir: None, tmp_path_factory: pytest.TempPathFa
 @pytest.fixture(autouse=True)
 def _lend_the_zygote(request: pytest.FixtureRequest, _shared_zygote: SharedZygote) -> Iterator[None]:
     """In-process studies borrow the session's warm zygote (tests/_shared_zygote.py), except in a test marked
-    `own_zygote`: one that checks the zygote's own start or end."""
+    `own_zygote`: one that checks the zygote's own start or end, or runs two launchers at once."""
     if request.node.get_closest_marker("own_zygote"):
         yield
         return

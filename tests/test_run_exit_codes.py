@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
+from tests._processes import zygotes
 
 FAULTY = Path(__file__).parent / "trial_runner" / "faulty.py"
 
@@ -70,8 +70,6 @@ def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(
     """Ctrl-C while the study file is read, or while its workload is checked (the zygote already importing
     torch beside it), is an interruption, not click's 'Aborted!' with exit 1: scripts telling a stop from a
     failure read 130. The zygote does not outlive the command."""
-    import psutil
-
     import autotune.spec
     import autotune.workload_check
 
@@ -83,17 +81,9 @@ def test_ctrl_c_before_the_study_opens_exits_130_in_one_line(
     (tmp_path / "study.yaml").write_text("name: codes\nworkload: {entrypoint: faulty.py:build}\n")
     monkeypatch.chdir(tmp_path)
 
-    def zygotes() -> set[int]:
-        found = set()  # (other fixtures' daemons may run, and an earlier test's child be a zombie not yet reaped)
-        for p in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
-                if "autotune.trial_runner._zygote" in " ".join(p.cmdline()):
-                    found.add(p.pid)
-        return found
-
-    before = zygotes()  # a session-scoped warm launcher's zygote (tests/trial_runner/conftest.py) may be one
+    before = zygotes(recursive=True)  # a session-scoped warm launcher's zygote (tests/trial_runner/) may be one
     out = CliRunner().invoke(main, ["run", "study.yaml"])
     assert out.exit_code == 130, out.output
     assert out.output.strip().splitlines() == ["interrupted: nothing was started or recorded"]
-    assert not zygotes() - before
+    assert not zygotes(recursive=True) - before
     assert not (tmp_path / "runs").exists() and not (tmp_path / "codes.db").exists()

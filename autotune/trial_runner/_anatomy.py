@@ -129,7 +129,7 @@ class StepLaps:
         self._hook_start = self.mark()
         if not self.on or self.cuda:
             return
-        if self._last_launch is None and not self._opened:  # the first bucket of the first step
+        if not self._opened:  # the first bucket of the first step
             self._displacement, self._opened = Displacement.open(), True
         if self._displacement is not None and self._gap is not None:  # the computation since the last hook ended
             (delay0, cpu0), (delay1, cpu1) = self._gap, self._displacement.reading()

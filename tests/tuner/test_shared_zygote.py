@@ -6,8 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import psutil
-
+from tests._processes import zygotes
 from tests._shared_zygote import SharedZygote
 
 from .conftest import StudyDir, assert_nothing_left
@@ -16,27 +15,15 @@ SPACE = {"batch_size": {"choices": [8, 16]}}
 TRIAL = {"warmup_steps": 1, "max_steps": 4, "report_every": 2, "max_seconds": 30, "hang_seconds": 10}
 
 
-def _zygotes() -> set[int]:
-    """The zygotes this process started (a session launcher of tests/trial_runner may hold one of its own)."""
-    found = set()
-    me = psutil.Process()
-    for p in me.children():
-        try:
-            if "autotune.trial_runner._zygote" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
-                found.add(p.pid)
-        except psutil.Error:
-            pass
-    return found
-
-
 def _run_watched(sd: StudyDir, *args: str) -> set[int]:
-    """``autotune ARGS`` in this process; every zygote of this process seen while it ran."""
+    """``autotune ARGS`` in this process; every zygote of this process seen while it ran (a session launcher of
+    tests/trial_runner may hold one of its own)."""
     seen: set[int] = set()
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(0.05):
-            seen.update(_zygotes())
+            seen.update(zygotes())
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -54,13 +41,13 @@ def test_two_in_process_studies_fork_from_the_sessions_zygote(
 ) -> None:
     first = study_dir("lent-a", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
     second = study_dir("lent-b", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
-    before = _zygotes()
+    before = zygotes()
     for sd in (first, second):
         seen = _run_watched(sd, "run", "study.yaml", "--n-trials", "2")
         assert _shared_zygote.proc is not None and _shared_zygote.proc.poll() is None
         assert seen - before <= {_shared_zygote.proc.pid}, "the run started a zygote of its own"
         assert_nothing_left(sd.load(), sd)  # the trials' processes are gone; the zygote lives in its own folder
-        assert _zygotes() <= before | {_shared_zygote.proc.pid}
+        assert zygotes() <= before | {_shared_zygote.proc.pid}
     for sd in (first, second):
         trials = sd.load().trials
         assert len(trials) == 2 and all(t.user_attrs["outcome"] == "complete" for t in trials)
@@ -71,9 +58,9 @@ def test_a_study_with_env_values_starts_and_closes_its_own_zygote(
 ) -> None:
     sd = study_dir("own-env", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0},
                    env={"OMP_WAIT_POLICY": "ACTIVE"})
-    before = _zygotes()
+    before = zygotes()
     seen = _run_watched(sd, "run", "study.yaml", "--n-trials", "1")
     shared = {_shared_zygote.proc.pid} if _shared_zygote.proc is not None else set()
     assert seen - before - shared, "the run forked its trial from a zygote started under another environment"
     assert_nothing_left(sd.load(), sd)
-    assert _zygotes() <= before  # its own zygote ended with the run
+    assert zygotes() <= before  # its own zygote ended with the run
