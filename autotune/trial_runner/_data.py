@@ -1,8 +1,13 @@
 """A rank's training data: the DataLoader over the workload's dataset, with every data knob applied.
 
 A map-style dataset is split by a DistributedSampler (shuffled, each pass a new epoch, the remainder that
-does not fill the ranks' batches dropped). A stream (``is_stream``: a torch ``IterableDataset`` or a Hugging
-Face ``datasets.IterableDataset``) is read once per pass across the ranks and their DataLoader workers:
+does not fill the ranks' batches dropped), read through one DataLoader iteration for the whole trial
+(:class:`EpochBatches`): DataLoader workers keep prefetching across an epoch's end, as they do within one,
+where a new iteration per epoch would start them empty. On a small dataset at a large batch an epoch ends
+every few steps, and each of those refills would be timed as a wait for data a real run pays once an epoch.
+
+A stream (``is_stream``: a torch ``IterableDataset`` or a Hugging Face ``datasets.IterableDataset``) is read once
+per pass across the ranks and their DataLoader workers:
 
 - a Hugging Face stream is split by rank with ``datasets.distributed.split_dataset_by_node`` (whole shards
   when their count divides by the ranks, else every world_size-th example), and by worker by the stream
@@ -36,8 +41,8 @@ from autotune.trial_runner._records import LoaderFacts
 from autotune.workload import is_stream
 
 __all__ = [
-    "DatasetTooSmall", "StreamShare", "TrainData", "batch_len", "eval_loader", "loader_facts", "to_device",
-    "train_data",
+    "DatasetTooSmall", "EpochBatches", "StreamShare", "TrainData", "batch_len", "eval_loader", "loader_facts",
+    "to_device", "train_data",
 ]
 
 
@@ -80,6 +85,22 @@ class StreamShare(IterableDataset[Any]):
         return itertools.islice(iter(self.stream), index, None, count)
 
 
+class EpochBatches:
+    """Endless batches of a map-style dataset's indices: epoch after epoch of a rank's DistributedSampler
+    (``set_epoch`` before each), each epoch's last partial batch dropped. A DataLoader's ``batch_sampler``."""
+
+    def __init__(self, sampler: Any, batch_size: int) -> None:
+        self.sampler = sampler
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for epoch in itertools.count():
+            self.sampler.set_epoch(epoch)
+            indices = iter(self.sampler)
+            while len(batch := list(itertools.islice(indices, self.batch_size))) == self.batch_size:
+                yield batch
+
+
 @dataclass
 class TrainData:
     """The loader of one rank, the endless batches it gives and what was applied (for applied.json)."""
@@ -91,7 +112,8 @@ class TrainData:
     epoch: int = 0
 
     def batches(self) -> Iterator[Any]:
-        """Endless batches; each pass over the data is a new epoch."""
+        """Endless batches; each pass over the data is a new epoch (a stream's loader is iterated again each
+        pass; a map-style dataset's is endless itself, :class:`EpochBatches`)."""
         while True:
             if self.set_epoch is not None:
                 self.set_epoch(self.epoch)
@@ -129,18 +151,11 @@ def train_data(dataset: Any, config: TrialConfig, rank: int, world_size: int, se
     kwargs: dict[str, Any] = {}
     if config.num_workers > 0:
         kwargs.update(prefetch_factor=config.prefetch_factor, persistent_workers=True)
-    common = dict(
-        batch_size=config.batch_size,
-        num_workers=config.num_workers,
-        pin_memory=config.pin_memory,
-        drop_last=True,
-        collate_fn=collate_fn,
-        **kwargs,
-    )
+    common = dict(num_workers=config.num_workers, pin_memory=config.pin_memory, collate_fn=collate_fn, **kwargs)
     if is_stream(dataset):
         readers, how = _reader_dataset(dataset, rank, world_size)
         workers = max(1, config.num_workers)
-        loader = DataLoader(readers, **common)
+        loader = DataLoader(readers, batch_size=config.batch_size, drop_last=True, **common)
         too_short = (
             f"the stream gave rank {rank} no full batch of {config.batch_size} in a whole pass (it is split over "
             f"{world_size} rank(s) x {workers} DataLoader worker(s), each batching its own share); use a smaller "
@@ -161,16 +176,14 @@ def train_data(dataset: Any, config: TrialConfig, rank: int, world_size: int, se
     sampler: DistributedSampler[Any] = DistributedSampler(
         dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
     )
-    loader = DataLoader(dataset, sampler=sampler, **common)
+    loader = DataLoader(dataset, batch_sampler=EpochBatches(sampler, config.batch_size), **common)
     applied = {"sampler": type(sampler).__name__}
-    return TrainData(
-        loader, {**_applied(loader, config), **applied}, "the DataLoader produced no batch", sampler.set_epoch
-    )
+    return TrainData(loader, {**_applied(loader, config), **applied}, "the DataLoader produced no batch")
 
 
 def _applied(loader: Any, config: TrialConfig) -> dict[str, Any]:
     return {
-        "batch_size": loader.batch_size,
+        "batch_size": config.batch_size,
         "num_workers": loader.num_workers,
         "prefetch_factor": loader.prefetch_factor if config.num_workers > 0 else None,
         "pin_memory": loader.pin_memory,
