@@ -14,10 +14,11 @@ randomness of an item comes from ``(seed, index)``.
 The decoding and augmentation cost CPU time per sample and the model is small, so with ``num_workers: 0``
 most of a step waits for data, as on many GPU nodes, and DataLoader workers pay off. The defaults are
 set for a 2-core CPU machine: loading a sample (decoding a 384-pixel JPEG, cropping, resizing to 64
-pixels, augmenting) costs about four times training on it with one thread (benchmarks/input_bound.py
-measures both: loading ~80% of a sample's time), so the default configuration, loading and training in
-turn, waits for data most of a step, and two workers decoding on the two cores can nearly halve the step. A
-larger ``file_size`` or a smaller ``crop_size`` makes it more input-bound.
+pixels, augmenting) costs about 1.5-2 times training on it with one thread (benchmarks/input_bound.py
+measures both), so the default configuration, loading and training in turn, waits for data most of a step,
+and two workers decoding on the two cores feed the rank. The balance is the point: where loading costs
+much more than training (a smaller ``width``, a larger ``file_size``, a smaller ``crop_size``), the two
+cores cannot decode fast enough for any configuration, and the best one still waits for data.
 
 Entry point: ``autotune.workloads.images:build``.
 """
@@ -185,7 +186,7 @@ def _dataset(key: dict[str, Any], cache_dir: str | None, crop_size: int, split: 
 
 
 def build(
-    width: int = 16,
+    width: int = 20,
     depth: int = 3,
     crop_size: int = 64,
     file_size: int = 384,

@@ -72,7 +72,7 @@ def test_the_default_cache_folder_follows_xdg_cache_home(tmp_path: Path, monkeyp
 
 @pytest.mark.slow
 def test_the_image_model_learns(tmp_path: Path) -> None:
-    workload = images(tmp_path, width=16, depth=3, samples=400)
+    workload = images(tmp_path, width=20, depth=3, samples=400)
     model = workload.model()
     optimizer = workload.optimizer(model.parameters(), workload.base_lr)
     losses = []
