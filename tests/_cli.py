@@ -72,13 +72,32 @@ def _inside(folder: Path) -> Iterator[None]:
         os.chdir(before)
 
 
+@contextlib.contextmanager
+def _columns(columns: str | None) -> Iterator[None]:
+    """The CLI's consoles as wide as ``COLUMNS`` says: they read it once, when autotune.cli was imported here,
+    where a process of its own would read this run's."""
+    from autotune.cli import _commands
+
+    consoles = (_commands.console, _commands.err_console)
+    before = [c._width for c in consoles]
+    if columns is not None and columns.isdigit():
+        for c in consoles:
+            c.width = int(columns)
+    try:
+        yield
+    finally:
+        for c, width in zip(consoles, before, strict=True):
+            c._width = width
+
+
 def autotune(*args: str, cwd: Path | str | None = None, env: Mapping[str, str | None] | None = None) -> CliRun:
     """Run ``autotune ARGS`` in this process, in ``cwd``, with ``env`` added to the environment (a None value
-    removes that variable meanwhile)."""
+    removes that variable meanwhile; ``COLUMNS`` also sets the width of the command's output)."""
     runner = CliRunner()
     with contextlib.ExitStack() as stack:
         if cwd is not None:
             stack.enter_context(_inside(Path(cwd)))
+        stack.enter_context(_columns((env or {}).get("COLUMNS")))
         caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")
         for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,21 +10,21 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
+from tests._cli import CliRun, autotune
 from tests._processes import zygotes
 
 FAULTY = Path(__file__).parent / "trial_runner" / "faulty.py"
 
 
-def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, body: str) -> CliRun:
+    """`autotune run study.yaml` in this process (tests/_cli.py): its exit status is what is checked, not a start."""
     (tmp_path / "faulty.py").write_text(FAULTY.read_text())
     (tmp_path / "study.yaml").write_text(
         "name: codes\nworkload: {entrypoint: faulty.py:build}\n"
         "trial: {warmup_steps: 1, max_steps: 6, max_seconds: 60, report_every: 1}\n"
         "confirm: {top_k: 0}\n" + body
     )
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return autotune("run", "study.yaml", cwd=tmp_path, env={"COLUMNS": "200"})
 
 
 @pytest.mark.slow
@@ -33,7 +32,7 @@ def test_lr_scaling_under_a_throughput_objective_is_not_decided(tmp_path: Path) 
     out = _run(tmp_path, "search_space: {lr_scaling: {choices: [none, linear]}, batch_size: {choices: [16, 64]}}\n"
                          "objectives: [{metric: throughput}]\nsampler: {name: random, seed: 1}\n"
                          "budget: {n_trials: 3}\n")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.exit_code == 0, out.output
     row = next(ln for ln in out.stdout.splitlines() if ln.strip("│ ").startswith("lr_scaling"))
     assert "(not decided by this study)" in row and "*" not in row, row
     lr_row = next(ln for ln in out.stdout.splitlines() if ln.strip("│ ").startswith("lr "))
@@ -43,7 +42,7 @@ def test_lr_scaling_under_a_throughput_objective_is_not_decided(tmp_path: Path) 
 @pytest.mark.slow
 def test_no_usable_trial_exits_1(tmp_path: Path) -> None:
     out = _run(tmp_path, "constraints: {max_memory_mb: 1}\nbudget: {n_trials: 1}\n")  # every trial over budget
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.exit_code == 1, out.output
     assert "nothing to recommend" in out.stdout or "no feasible configuration" in out.stdout
     if "nothing to recommend" in out.stdout:
         assert "`autotune trial study.yaml` runs one trial" in out.stdout

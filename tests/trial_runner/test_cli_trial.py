@@ -39,12 +39,8 @@ constraints: {{max_memory_mb: 3000}}
 @pytest.mark.slow
 def test_trial_json_reports_outcome_metrics_and_config(tmp_path: Path) -> None:
     study = _study(tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "trial", str(study), "--set", "world_size=2",
-         "--set", "batch_size=16", "--json"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = autotune("trial", str(study), "--set", "world_size=2", "--set", "batch_size=16", "--json")  # in-process
+    assert out.exit_code == 0, out.stderr
     payload = json.loads(out.stdout)
     assert payload["outcome"] == "complete"
     assert payload["config"]["world_size"] == 2 and payload["config"]["batch_size"] == 16
@@ -107,7 +103,7 @@ def test_tuner_killed_with_sigkill_takes_its_trial_along(tmp_path: Path) -> None
 
 def _trial(study: Path, *args: str, columns: str | None = "200") -> subprocess.CompletedProcess[str]:
     """`autotune [ARGS[0]] trial STUDY ARGS[1:]` in this process (tests/_cli.py): what these tests read is the
-    command's answer; test_trial_json_reports_outcome_metrics_and_config starts it as a process. ``columns``:
+    command's answer (the bad-knob and SIGKILL tests start it as a process). ``columns``:
     the COLUMNS variable (None: unset, so output that is no terminal is 80 columns wide, as in a pipe)."""
     head = [a for a in args[:1] if a]
     out = autotune(*head, "trial", str(study), *args[1:], env={"COLUMNS": columns})

@@ -1,18 +1,17 @@
-"""The quickstart with its global batch held at 256 (constraints.global_batch), run for real through the CLI: real
-ranks on the CPU, a real SQLite file. Every trial trains 256 samples per optimizer step, split its own way, at
-one learning rate; the summary and `autotune best` say so."""
+"""The quickstart with its global batch held at 256 (constraints.global_batch), run for real through the CLI (its
+click commands, in this process: tests/_cli.py): real ranks on the CPU, a real SQLite file. Every trial trains 256
+samples per optimizer step, split its own way, at one learning rate; the summary and `autotune best` say so."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
 from autotune.search_space import SPLIT_PARAM
+from tests._cli import CliRun, autotune
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SETS = [
@@ -22,9 +21,8 @@ SETS = [
 ]
 
 
-def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+def _cli(*args: str) -> CliRun:
+    return autotune(*args)
 
 
 @pytest.mark.slow
@@ -33,8 +31,8 @@ def test_a_quickstart_holding_its_global_batch_at_256(tmp_path: Path) -> None:
     study = tmp_path / "quickstart.yaml"
     study.write_text((ROOT / "studies" / "quickstart.yaml").read_text())
     sets = [item for s in SETS for item in ("--set", s)]
-    run = _cli("run", str(study), "--n-trials", "4", *sets, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run = _cli("run", str(study), "--n-trials", "4", *sets)
+    assert run.exit_code == 0, run.stdout[-3000:] + run.stderr[-3000:]
     storage = f"sqlite:///{tmp_path / 'mlp-quickstart.db'}"
     trials = optuna.load_study(study_name="mlp-quickstart", storage=storage).get_trials(deepcopy=False)
     assert len(trials) == 4
@@ -47,8 +45,8 @@ def test_a_quickstart_holding_its_global_batch_at_256(tmp_path: Path) -> None:
         if t.user_attrs.get("steps"):
             assert t.user_attrs["samples"] == 256 * t.user_attrs["steps"], t.user_attrs
     assert "global batch held at 256 (constraints.global_batch)" in run.stdout
-    best = _cli("best", str(study), "--format", "json", timeout=120)
-    assert best.returncode == 0, best.stderr
+    best = _cli("best", str(study), "--format", "json")
+    assert best.exit_code == 0, best.stderr
     derived = json.loads(best.stdout)["derived"]
     assert derived["global_batch"] == 256 and derived["global_batch_held"] is True
     config = json.loads(best.stdout)["config"]
