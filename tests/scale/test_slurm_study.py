@@ -4,8 +4,6 @@ study files, which validate without a cluster or a database."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
@@ -39,10 +37,8 @@ confirm: {top_k: 0}
 def test_a_study_runs_its_trials_as_srun_steps_at_world_size_2(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     (tmp_path / "faulty.py").write_text(FAULTY.read_text())
     (tmp_path / "study.yaml").write_text(STUDY)
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "study.yaml", "--n-trials", "3"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-                         stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    out = autotune("run", "study.yaml", "--n-trials", "3", cwd=tmp_path)  # in-process: the trials are the point
+    assert out.exit_code == 0, out.stdout[-2000:] + out.stderr[-2000:]
     study = optuna.load_study(study_name="on-slurm", storage=f"sqlite:///{tmp_path / 'on-slurm.db'}")
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
