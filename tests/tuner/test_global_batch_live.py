@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.search_space import SPLIT_PARAM
-from tests._cli import CliRun, autotune
+from tests._cli import autotune
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SETS = [
@@ -21,17 +21,13 @@ SETS = [
 ]
 
 
-def _cli(*args: str) -> CliRun:
-    return autotune(*args)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_quickstart_holding_its_global_batch_at_256(tmp_path: Path) -> None:
     study = tmp_path / "quickstart.yaml"
     study.write_text((ROOT / "studies" / "quickstart.yaml").read_text())
     sets = [item for s in SETS for item in ("--set", s)]
-    run = _cli("run", str(study), "--n-trials", "4", *sets)
+    run = autotune("run", str(study), "--n-trials", "4", *sets)
     assert run.exit_code == 0, run.stdout[-3000:] + run.stderr[-3000:]
     storage = f"sqlite:///{tmp_path / 'mlp-quickstart.db'}"
     trials = optuna.load_study(study_name="mlp-quickstart", storage=storage).get_trials(deepcopy=False)
@@ -45,7 +41,7 @@ def test_a_quickstart_holding_its_global_batch_at_256(tmp_path: Path) -> None:
         if t.user_attrs.get("steps"):
             assert t.user_attrs["samples"] == 256 * t.user_attrs["steps"], t.user_attrs
     assert "global batch held at 256 (constraints.global_batch)" in run.stdout
-    best = _cli("best", str(study), "--format", "json")
+    best = autotune("best", str(study), "--format", "json")
     assert best.exit_code == 0, best.stderr
     derived = json.loads(best.stdout)["derived"]
     assert derived["global_batch"] == 256 and derived["global_batch_held"] is True
