@@ -20,7 +20,8 @@ raises :class:`ScaleError` naming the readings it needs. Without readings of mor
 node, or on more than two nodes, that growth is held at 0 (the optimistic choice, stated by
 :meth:`ScaleModel.assumptions`). A cluster's network profile (:class:`SyncGrowth`, optional) multiplies the
 sync across ``N`` nodes by its ratio ``factor(N)`` (1 at 1-2 nodes): how the sync grows past two nodes,
-learned from other workloads on the cluster; without one every term is as above.
+learned from other workloads on the cluster, its growth weighed toward those whose sync adds about as many
+seconds at 2 nodes as this workload's own (:meth:`SyncGrowth.near`); without one every term is as above.
 
 Intervals come from a bootstrap: the readings are resampled with replacement and refitted, and each
 refit's prediction is multiplied by a resampled residual of the original fit, so an interval covers both
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.scale._form import exposed_sync_s, step_time
 from autotune.scale._growth import SyncGrowth
 
 __all__ = ["Interval", "ScaleError", "ScaleModel", "ScaleParams", "StepReading"]
@@ -104,26 +106,6 @@ class Interval:
         return Interval(self.value * factor, self.low * factor, self.high * factor)
 
 
-def _step(
-    p: np.ndarray,
-    nodes: np.ndarray,
-    ranks: np.ndarray,
-    batch: np.ndarray,
-    accum: np.ndarray,
-    growth: np.ndarray | float = 1.0,
-) -> np.ndarray:
-    """The step time of each placement; ``growth`` multiplies the sync across nodes (a profile's factor)."""
-    grad = p[0] + p[1] * batch
-    local = p[2] + p[3] * np.maximum(ranks - 2, 0)
-    sync = np.where(nodes > 1, (p[4] + p[5] * np.maximum(nodes - 2, 0)) * growth, local)
-    sync = np.where(ranks > 1, sync, 0.0)
-    gamma = p[6]
-    # (g^γ + s^γ)^(1/γ) computed as g * (1 + (s/g)^γ)^(1/γ): no overflow for large γ
-    ratio = np.where(grad > 0, sync / np.maximum(grad, 1e-300), 0.0)
-    overlapped = grad * (1.0 + ratio**gamma) ** (1.0 / gamma)
-    return (accum - 1) * grad + overlapped
-
-
 @dataclass(frozen=True)
 class _Columns:
     nodes: np.ndarray
@@ -183,7 +165,7 @@ def _fit(cols: _Columns, free: np.ndarray, refit: np.ndarray | None = None) -> n
     def residuals(x: np.ndarray) -> np.ndarray:
         p = fixed.copy()
         p[free] = x
-        fitted = _step(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
+        fitted = step_time(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
         return np.log(np.maximum(fitted, 1e-12)) - log_step
 
     from scipy.optimize import least_squares  # here, not at import: every rank and CLI start imports this module
@@ -249,7 +231,13 @@ class ScaleModel:
         cols = _Columns.of(readings, growth)
         free = _free(cols)
         p = _fit(cols, free)
-        fitted = _step(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
+        if growth is not None and growth.member_sync_s and free[4]:
+            # the profile weighed by this workload's own sync at 2 nodes (its factor is 1 there, so p holds)
+            growth = growth.near(exposed_sync_s(p, median_batch(readings)))
+            if cols.nodes.max() > 2:
+                cols = _Columns.of(readings, growth)
+                p = _fit(cols, free)
+        fitted = step_time(p, cols.nodes, cols.ranks, cols.batch, cols.accum, cols.growth)
         residuals = np.log(cols.step) - np.log(fitted)
         rng = np.random.default_rng(seed)
         boot = []
@@ -301,10 +289,10 @@ class ScaleModel:
             raise ScaleError(f"the model needs {lack}")
         n, k, b, a = (np.array([float(v)]) for v in (nodes, ranks, batch_size, grad_accum))
         factor = 1.0 if self.growth is None else float(self.growth.factor(nodes))
-        value = float(_step(self.params.as_array(), n, k, b, a, factor)[0])
+        value = float(step_time(self.params.as_array(), n, k, b, a, factor)[0])
         if not len(self.boot):
             return Interval(value, value * (1 - NOISE_FLOOR), value * (1 + NOISE_FLOOR))
-        at = _step(self.boot.T, n, k, b, a, self._boot_factors(nodes, len(self.boot)))  # (7, refits) broadcasts
+        at = step_time(self.boot.T, n, k, b, a, self._boot_factors(nodes, len(self.boot)))  # (7, refits) broadcasts
         noise = np.exp(np.resize(self.residuals, len(at)))  # one residual per refit, cycled over the residuals
         rng = np.random.default_rng(len(at))
         spread = at * rng.permutation(noise)
@@ -340,6 +328,11 @@ def check_enough(readings: Sequence[StepReading]) -> None:
         lacking.append(f"2 or more world sizes (measured: {_listed(ranks)})")
     if lacking:
         raise ScaleError(f"the throughput model needs completed trials at {' and '.join(lacking)}")
+
+
+def median_batch(readings: Sequence[StepReading]) -> float:
+    """The readings' median per-rank batch (the batch a profile's :meth:`SyncGrowth.near` is weighed at)."""
+    return float(np.median([r.batch_size for r in readings]))
 
 
 def _listed(values: Sequence[int]) -> str:
