@@ -1,8 +1,12 @@
-"""Calibration.to_hf_training_arguments() and to_lightning(): each builds the real object of its library."""
+"""Calibration.to_hf_training_arguments() and to_lightning(): each builds the real object of its library.
+
+The libraries are imported by the tests that use them (fixtures), not when the suite collects this file: each
+pytest-xdist worker collects every file, and lightning and transformers take ~3 CPU-s to import."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -12,8 +16,15 @@ from autotune import Calibration
 from autotune.calibration import HF_TRAINING_ARGUMENTS
 from autotune.search_space import TrialConfig
 
-transformers = pytest.importorskip("transformers")
-lightning = pytest.importorskip("lightning")
+
+@pytest.fixture
+def transformers() -> Any:
+    return pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def lightning() -> Any:
+    return pytest.importorskip("lightning")
 
 
 def _calibration(**knobs: object) -> Calibration:
@@ -30,7 +41,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("knobs", list(CASES.values()), ids=list(CASES))
-def test_hf_training_arguments_build_and_carry_every_knob(tmp_path: Path, knobs: dict[str, object]) -> None:
+def test_hf_training_arguments_build_and_carry_every_knob(
+    tmp_path: Path, knobs: dict[str, object], transformers: Any
+) -> None:
     cal = _calibration(**knobs)
     kwargs = cal.to_hf_training_arguments()
     args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], **kwargs)
@@ -52,7 +65,7 @@ def test_hf_training_arguments_build_and_carry_every_knob(tmp_path: Path, knobs:
         assert args.learning_rate == pytest.approx(2e-3)
 
 
-def test_every_hf_keyword_is_a_training_arguments_field() -> None:
+def test_every_hf_keyword_is_a_training_arguments_field(transformers: Any) -> None:
     import dataclasses
 
     fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
@@ -61,7 +74,7 @@ def test_every_hf_keyword_is_a_training_arguments_field() -> None:
 
 
 @pytest.mark.parametrize("knobs", list(CASES.values()), ids=list(CASES))
-def test_lightning_trainer_and_dataloader_build(tmp_path: Path, knobs: dict[str, object]) -> None:
+def test_lightning_trainer_and_dataloader_build(tmp_path: Path, knobs: dict[str, object], lightning: Any) -> None:
     cal = _calibration(**knobs)
     out = cal.to_lightning()
     trainer = lightning.Trainer(**out["trainer"], default_root_dir=str(tmp_path), logger=False,
@@ -80,12 +93,12 @@ def test_lightning_trainer_and_dataloader_build(tmp_path: Path, knobs: dict[str,
     assert out["lr"] == pytest.approx(cfg.lr)
 
 
-def test_lightning_fits_one_step_with_the_calibration(tmp_path: Path) -> None:
+def test_lightning_fits_one_step_with_the_calibration(tmp_path: Path, lightning: Any) -> None:
     """Not only constructed: a Lightning Trainer built from the kwargs trains (bf16, accumulation)."""
     cal = _calibration(amp="bf16", grad_accum=2, batch_size=8)
     out = cal.to_lightning()
 
-    class Net(lightning.LightningModule):  # type: ignore[name-defined]
+    class Net(lightning.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.fc = torch.nn.Linear(3, 1)
@@ -105,7 +118,9 @@ def test_lightning_fits_one_step_with_the_calibration(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_hf_example_tunes_and_its_calibration_trains_with_the_hf_trainer(tmp_path: Path) -> None:
+def test_the_hf_example_tunes_and_its_calibration_trains_with_the_hf_trainer(
+    tmp_path: Path, transformers: Any, lightning: Any
+) -> None:
     """studies/hf_gpt2: calibrate() on a real GPT2LMHeadModel, then a transformers Trainer and a Lightning
     Trainer built from the calibration (the Trainer runs two steps)."""
     import shutil
