@@ -155,12 +155,10 @@ def test_dataset_smaller_than_a_batch_is_a_clear_crash(run_faulty: RunFaulty) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fault", "expected"), [("segfault", Outcome.CRASHED), ("hang", Outcome.HANG)])
-def test_cold_torchrun_contains_faults_too(run_faulty: RunFaulty, fault: str, expected: Outcome) -> None:
-    result, trial_dir = run_faulty(fault, kind="torchrun", world_size=2, rank=1, limits={"max_steps": 400})
-    assert result.outcome is expected, (result.reason, result.error_lines)
-    if fault == "segfault":
-        assert result.reason == "rank 1 killed by SIGSEGV"
+def test_cold_torchrun_contains_a_hanging_rank_too(run_faulty: RunFaulty) -> None:
+    # (a segfaulting rank under torchrun: test_launchers.py's test_a_rank_killed_by_a_signal_is_reported)
+    result, trial_dir = run_faulty("hang", kind="torchrun", world_size=2, rank=1, limits={"max_steps": 400})
+    assert result.outcome is Outcome.HANG, (result.reason, result.error_lines)
     assert not wait_no_leftovers(trial_dir)
 
 
