@@ -165,7 +165,7 @@ def test_files_written_at_once_by_two_builders_end_as_one_folder(tmp_path: Path)
 def test_a_real_trial_of_two_ranks_with_workers_trains_on_the_files(tmp_path: Path, name: str) -> None:
     from autotune.search_space import TrialConfig
     from autotune.spec import TrialLimits
-    from autotune.trial_runner import LocalLauncher, TrialPlan, run_trial
+    from autotune.trial_runner import TrialPlan, WarmLauncher, run_trial
 
     args = {**(IMAGES if name == "images" else SHARDS), "cache_dir": str(tmp_path / "cache")}
     built = load_workload(f"autotune.workloads.{name}:build", args)
@@ -180,7 +180,11 @@ def test_a_real_trial_of_two_ranks_with_workers_trains_on_the_files(tmp_path: Pa
         base_dir=str(tmp_path),
         limits=TrialLimits(warmup="fixed", warmup_steps=2, max_steps=8, max_seconds=90, hang_seconds=30),
     )
-    result = run_trial(plan, tmp_path / "trial", LocalLauncher())
+    launcher = WarmLauncher()  # the default launcher: ranks forked from the warm zygote, as a study runs them
+    try:
+        result = run_trial(plan, tmp_path / "trial", launcher)
+    finally:
+        launcher.close()
     assert result.outcome.value == "complete", result.reason
     assert result.throughput_samples_s and result.throughput_samples_s > 0
     applied = json.loads((tmp_path / "trial" / "applied.json").read_text())["dataloader"]
