@@ -67,6 +67,10 @@ def stop_waiting(stopping: bool = True) -> None:
 # not be cut in half (asking for a trial and taking it as this run's): raised as the outermost one ends.
 _sections = 0
 _held_stop: BaseException | None = None
+# A stop a signal handler raised, until the run takes it (:func:`stop_taken`). Python swallows an exception raised
+# inside a weakref callback, a __del__ or a finalizer of the garbage collector ("Exception ignored in ..."): a
+# SIGTERM that landed in one, while a finished trial was told, was lost and the run went on to its end, exit 0.
+_raised_stop: BaseException | None = None
 
 
 def stop_unless_inside(stop: BaseException) -> None:
@@ -75,11 +79,27 @@ def stop_unless_inside(stop: BaseException) -> None:
     cursor alive (in SQLAlchemy's compiled result, out of reach), and CPython's sqlite3 keeps the cursor's read lock
     until the cursor goes, not on rollback, not on close; recording the stopped trial then waited out the 60 s busy
     timeout and failed, a minute past any grace period."""
-    global _held_stop
+    global _held_stop, _raised_stop
+    _raised_stop = stop
     if _sections:
         _held_stop = stop
         return
     raise stop
+
+
+def raise_lost_stop() -> None:
+    """Raise again a stop a signal handler raised that has not reached the run (swallowed where Python ignores
+    exceptions: a weakref callback, a __del__), unless the main thread is inside :func:`whole`, which raises it
+    as it ends. The run's checkpoints call it: each tick of a running trial, each block of a race (the
+    heartbeat), and before each trial is claimed."""
+    if _raised_stop is not None and not _sections and threading.current_thread() is threading.main_thread():
+        raise _raised_stop
+
+
+def stop_taken() -> None:
+    """The run has its stop in hand (or a run starts): no checkpoint raises it again."""
+    global _raised_stop
+    _raised_stop = None
 
 
 @contextlib.contextmanager

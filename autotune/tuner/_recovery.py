@@ -23,6 +23,7 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
+from autotune.tuner._outage import raise_lost_stop, stop_taken, stop_unless_inside, stop_waiting
 from autotune.tuner._roles import INTERRUPTED, ROLE_CONFIRM
 from autotune.tuner._storage import grace_period_s, heartbeat_interval_s, study_lock
 
@@ -184,6 +185,7 @@ class Heartbeat:
         self.interval_s = heartbeat_interval_s()
 
     def __call__(self) -> None:
+        raise_lost_stop()  # a checkpoint: each tick of a running trial, each block of a race
         now = self.clock()
         if now - self.last >= self.interval_s and hasattr(self.storage, "record_heartbeat"):
             self.last = now
@@ -211,9 +213,8 @@ def signals_as_interrupts() -> Iterator[None]:
     the process ignores (SIG_IGN) stays ignored; a caller's own SIGINT handler stays in place."""
     import threading
 
-    from autotune.tuner._outage import stop_unless_inside, stop_waiting
-
     stop_waiting(False)  # a run starts: an unreachable storage is waited for again (an earlier run stopped)
+    stop_taken()  # and no earlier run's stop is pending
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         yield
         return

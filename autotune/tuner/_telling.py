@@ -38,7 +38,7 @@ from autotune.pruners import DominancePruner
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import traced
-from autotune.tuner._outage import stop_waiting, whole
+from autotune.tuner._outage import raise_lost_stop, stop_taken, stop_waiting, whole
 from autotune.tuner._recovery import Interrupted, ask, retry
 from autotune.tuner._roles import INTERRUPTED
 from autotune.tuner._storage import unless_down
@@ -201,7 +201,9 @@ class Untold:
         return trial
 
     def ask(self, study: optuna.Study) -> optuna.Trial:
-        """Optuna's next trial, taken as this run's in one piece: a stop between the two left it RUNNING."""
+        """Optuna's next trial, taken as this run's in one piece: a stop between the two left it RUNNING. First a
+        checkpoint: a stop swallowed while the last trial was told stops the run here."""
+        raise_lost_stop()
         with whole():
             return self.own(study, ask(study))
 
@@ -212,6 +214,7 @@ class Untold:
         """Record every trial not yet told as interrupted (a search trial queued again with its configuration;
         one already recorded, by :func:`run_guarded` or the race, is left as it is), so that none is left
         RUNNING; then the :class:`Interrupted` to raise, saying whether a trial was stopped."""
+        stop_taken()  # in hand: no checkpoint raises it again while the stopped trials are recorded
         stopped = sorted(self._trials)
         recorded = [tell_interrupted(*self._trials.pop(number)) for number in stopped]
         return Interrupted(stop.exit_code if isinstance(stop, Interrupted) else 130, trial_stopped=bool(stopped),

@@ -264,3 +264,61 @@ def test_autotune_run_starts_the_zygote_before_it_imports_the_workload(study_dir
     assert len(in_cli) == 1, imports  # the CLI imported the workload once, to check it
     assert any("autotune.trial_runner._zygote" in c for c in in_cli[0]["children"]), in_cli
     assert any(i["pid"] != run.pid for i in imports)  # and the trial's rank imported it too
+
+
+def test_a_sigterm_that_lands_where_python_swallows_exceptions_still_stops_the_run(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    """A SIGTERM whose handler runs inside a weakref callback or a __del__ (the garbage collector runs them between
+    any two bytecodes: a run's storage calls free SQLAlchemy objects all the time) raises where Python prints
+    "Exception ignored in ..." and goes on: the run went on to its last trial and exited 0. The next checkpoint
+    (the next trial's ask) raises it again."""
+    import signal
+
+    sd = study_dir("between-swallowed", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
+    spec = load_spec(str(sd.file))
+    replay = replay_runner(landscape)
+    calls: list[int] = []
+
+    class Freed:
+        def __del__(self) -> None:  # what the garbage collector calls; an exception here is ignored
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # type: ignore[operator]
+
+    def swallowed_at_the_second(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        result = replay(*args, **kwargs)
+        if len(calls) == 2:
+            Freed()  # freed at once: its __del__ runs the SIGTERM handler, and the Interrupted it raises is ignored
+        return result
+
+    with pytest.raises(Interrupted) as stop:
+        Tuner(spec, launcher=NoLaunch(), run_trial=swallowed_at_the_second).run(n_trials=6)
+    assert stop.value.exit_code == 143
+    assert len(calls) == 2  # stopped before a third trial ran
+    trials = sd.load().get_trials(deepcopy=False)
+    assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]  # the second told whole
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    # a later run starts without it: nothing pending stops it
+    Tuner(spec, launcher=NoLaunch(), run_trial=replay).run(n_trials=3)
+    after = sd.load().get_trials(deepcopy=False)
+    assert len(after) == 3 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in after)
+
+
+def test_a_stop_swallowed_inside_a_running_trial_ends_it_at_its_next_tick() -> None:
+    """Inside a trial the heartbeat on every tick is the checkpoint; outside a run nothing is pending."""
+    import signal
+
+    from autotune.tuner._outage import raise_lost_stop
+    from autotune.tuner._recovery import signals_as_interrupts
+
+    class Freed:
+        def __del__(self) -> None:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # type: ignore[operator]
+
+    with signals_as_interrupts():
+        raise_lost_stop()  # nothing pending
+        Freed()
+        with pytest.raises(Interrupted):
+            raise_lost_stop()
+    with signals_as_interrupts():
+        raise_lost_stop()  # a new run: the earlier one's stop is not pending
