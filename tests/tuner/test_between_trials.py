@@ -305,20 +305,24 @@ def test_a_sigterm_that_lands_where_python_swallows_exceptions_still_stops_the_r
 
 
 def test_a_stop_swallowed_inside_a_running_trial_ends_it_at_its_next_tick() -> None:
-    """Inside a trial the heartbeat on every tick is the checkpoint; outside a run nothing is pending."""
+    """Inside a trial the heartbeat the monitor calls on every tick is the checkpoint; a new run starts with
+    nothing pending."""
     import signal
+    import time
 
-    from autotune.tuner._outage import raise_lost_stop
-    from autotune.tuner._recovery import signals_as_interrupts
+    from autotune.tuner._recovery import Heartbeat, signals_as_interrupts
 
     class Freed:
         def __del__(self) -> None:
             signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # type: ignore[operator]
 
+    study = optuna.create_study()
+    beat = Heartbeat(study, study.ask(), time.monotonic)
     with signals_as_interrupts():
-        raise_lost_stop()  # nothing pending
+        beat()  # nothing pending
         Freed()
-        with pytest.raises(Interrupted):
-            raise_lost_stop()
+        with pytest.raises(Interrupted) as stop:
+            beat()
+        assert stop.value.exit_code == 143
     with signals_as_interrupts():
-        raise_lost_stop()  # a new run: the earlier one's stop is not pending
+        beat()  # a new run: the earlier one's stop is not pending
