@@ -235,3 +235,4 @@ def signals_as_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
+        stop_taken()  # a stop lives as long as its run: none outlives it to stop a later heartbeat or ask
