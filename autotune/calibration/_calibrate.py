@@ -17,7 +17,7 @@ from typing import Any
 from autotune.calibration._calibration import Calibration
 from autotune.errors import UsageError
 from autotune.spec import StudySpec, parse_spec
-from autotune.tuner import Interrupted, Observer, Tuner, TuneSummary, read_study, summarize
+from autotune.tuner import Interrupted, Observer, Tuner, TuneSummary, read_study, release_storages, summarize
 from autotune.workload_check import load_spec
 
 __all__ = ["calibrate", "load_calibration"]
@@ -113,16 +113,20 @@ def calibrate(
     spec = _resolve(study, overrides)
     try:
         summary = Tuner(spec, observer=observer).run(n_trials=n_trials, timeout_s=timeout_s)
+        return _from_summary(summary, spec)
     except Interrupted as stop:
         # The running trial is stopped, recorded as interrupted and its processes gone. The signal then reaches
         # the launcher as it would have without calibrate(): its own handler, or the default action.
         stop.redeliver()
         raise
-    return _from_summary(summary, spec)
+    finally:
+        release_storages()  # the launcher goes on to train: it does not hold the study's database meanwhile
 
 
 def load_calibration(study: str | os.PathLike[str] | StudySpec, **overrides: Any) -> Calibration:
     """The configuration an existing study chose, without running anything (e.g. inside a rank)."""
     spec = _resolve(study, overrides)
-    stored = read_study(spec)
-    return _from_summary(summarize(stored, spec), spec)
+    try:
+        return _from_summary(summarize(read_study(spec), spec), spec)
+    finally:
+        release_storages()  # a rank trains next: no database handle (or PostgreSQL session) held meanwhile

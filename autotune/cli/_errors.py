@@ -38,6 +38,10 @@ def handle_errors(func: F) -> F:
             line = describe_internal_error(e, f"autotune {ctx.info_name}")
             click.echo(f"error: {line}", err=True)
             sys.exit(1)
+        finally:  # the study's database is not held past the command (in-process callers: tests, notebooks)
+            tuner = sys.modules.get("autotune.tuner")
+            if tuner is not None:
+                tuner.release_storages()
 
     return wrapper  # type: ignore[return-value]
 

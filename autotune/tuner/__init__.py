@@ -20,7 +20,7 @@ from autotune.tuner._results import TuneSummary, chosen, measured_groups, summar
 from autotune.tuner._roles import FINISHED, INTERRUPTED, ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
 from autotune.tuner._second_look import SECOND_LOOK
 from autotune.tuner._stop_rule import STOP_AFTER, BrokenWorkload, BrokenWorkloadError, find_broken
-from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, study_lock
+from autotune.tuner._storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, release_storages, study_lock
 from autotune.tuner._study import FINGERPRINT_ATTR, feasible, machine_facts, open_study, read_study
 from autotune.tuner._telling import pruning_hook
 from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_line
@@ -67,6 +67,7 @@ __all__ = [
     "pruning_hook",
     "read_study",
     "recorded_runner",
+    "release_storages",
     "replay_runner",
     "study_fingerprint",
     "study_lock",

@@ -9,6 +9,7 @@ import os
 import tempfile
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
 LOCK_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = 10
 SCHEMA_LOCK = "autotune-schema"  # creating tables and studies: one process at a time per database
+#: The engine of every RDB storage this process opened, while it lives (release_storages). The engine, not the
+#: storage: a storage dropped by its caller is freed at once, its engine's pool only by the next garbage collection.
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def make_storage(url: str) -> BaseStorage:
@@ -61,7 +65,18 @@ def make_storage(url: str) -> BaseStorage:
     except Exception as e:
         raise AutotuneError(f"cannot open storage {redact_url(url)}: {first_line(e)}") from None
     optuna_private.quiet_lost_connection_notices()
+    _ENGINES.add(rdb.engine)
     return optuna_private.guarded_storage(rdb, patience)
+
+
+def release_storages() -> None:
+    """Close the pooled connections of every storage :func:`make_storage` opened in this process: the SQLite
+    file's handles, the PostgreSQL sessions. ``calibrate()``, ``load_calibration()`` and every command end with
+    it, so that a launcher (or each rank) that goes on to train does not hold the study's database open
+    meanwhile; Optuna objects still in hand stay usable (a later call connects again)."""
+    for engine in list(_ENGINES):
+        with contextlib.suppress(Exception):  # a server already gone: nothing is held
+            engine.dispose()
 
 
 def grace_period_s() -> int:

@@ -134,25 +134,35 @@ def test_example_launcher_calibrates_then_trains(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_calibrate_a_spec_with_a_fixed_knob_and_leave_the_process_as_it_was(tmp_path: Path) -> None:
     # calibrate(spec, **overrides) re-validates the spec: a fixed knob (amp: off) must survive that, and the
-    # caller's process must not stay a child subreaper after the launcher is closed. In a fresh interpreter:
-    # this test process may be a subreaper already (other launchers of the session).
+    # caller's process must not stay a child subreaper after the launcher is closed, nor hold the study's database
+    # open while it trains (nor a rank after load_calibration). In a fresh interpreter: this test process may be
+    # a subreaper already (other launchers of the session).
     study = _study(tmp_path)
     study.write_text(study.read_text().replace("amp: {choices: [off, bf16]}", "amp: off"))
     script = f"""
-import ctypes, autotune
+import contextlib, ctypes, os, autotune
 libc = ctypes.CDLL(None, use_errno=True)
 def subreaper():
     value = ctypes.c_int(0)
     libc.prctl(37, ctypes.byref(value), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
     return value.value
+def held():  # the study's SQLite file (and its journal) open in this process
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            paths.append(os.readlink(f"/proc/self/fd/{{fd}}"))
+    return sum(".db" in os.path.basename(p) for p in paths)
 spec = autotune.load_spec({str(study)!r})
 calibration = autotune.calibrate(spec, budget__n_trials=1, confirm__top_k=0)
-print(calibration.config.amp, calibration.default_is_best, subreaper())
+print(calibration.config.amp, calibration.default_is_best, subreaper(), held())
+loaded = autotune.load_calibration(spec)
+print(loaded.config == calibration.config, held())
 """
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=180,
                          check=False, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.split()[-3:] == ["off", "True", "0"]  # the baseline alone: the default is the choice
+    # the baseline alone: the default is the choice; no database handle left, after calibrate or load_calibration
+    assert out.stdout.split()[-6:] == ["off", "True", "0", "0", "True", "0"], out.stdout
 
 
 def test_ctrl_c_inside_calibrate_is_the_launchers_keyboard_interrupt(

@@ -3,7 +3,9 @@ CLI, and resumed by running the same command again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -45,6 +47,15 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyDir, subprocess.
     sd = make_study(tmp_path_factory.mktemp("e2e"), "e2e", **SEARCH)
     out = sd.autotune("run", "study.yaml", "--n-trials", "4", timeout=240)
     return sd, out
+
+
+def _held(path: Path) -> list[str]:
+    """This process's open file descriptors on ``path`` (or its journal)."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [link for link in links if link.startswith(str(path))]
 
 
 def roles(study: optuna.Study) -> list[str]:
@@ -160,9 +171,11 @@ def test_the_optuna_cli_reads_the_stored_study(ran: tuple[StudyDir, subprocess.C
 def test_best_and_status_read_the_study(ran: tuple[StudyDir, subprocess.CompletedProcess[str]]) -> None:
     sd, out = ran
     assert out.returncode == 0, out.stderr
+    held = _held(sd.db)  # (the test's own reads of the study may hold some)
     as_json = sd.cli("best", "study.yaml", "--format", "json")
     as_yaml = sd.cli("best", "study.yaml", "--format", "yaml")
     assert as_json.returncode == 0 and as_yaml.returncode == 0, as_json.stderr + as_yaml.stderr
+    assert len(_held(sd.db)) <= len(held), "a command left the study's database open in its process"
     payload = json.loads(as_json.stdout)
     assert payload == yaml.safe_load(as_yaml.stdout)
     study = sd.load()

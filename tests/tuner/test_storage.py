@@ -1,6 +1,7 @@
 """The heartbeat grace period: 30 s by default, AUTOTUNE_HEARTBEAT_GRACE_S sets it (and the heartbeat interval
 with it); a running trial whose heartbeat is older than it is failed by the next worker's recovery and queued
-again, and not before; a stop (SIGTERM, Ctrl-C) lands between storage calls, not inside one. Real SQLite storage."""
+again, and not before; a stop (SIGTERM, Ctrl-C) lands between storage calls, not inside one; a released storage
+holds no PostgreSQL session. Real SQLite and PostgreSQL storage."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sqlalchemy import text
 
 from autotune.compat.optuna_private import GuardedStorage, rdb_of, storage_of
 from autotune.errors import UsageError
-from autotune.tuner import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage
+from autotune.tuner import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, release_storages
 from autotune.tuner._recovery import Interrupted, ask, recover, signals_as_interrupts
 from autotune.tuner._storage import grace_period_s, heartbeat_interval_s
 from autotune.tuner._telling import tell_interrupted
@@ -110,3 +111,34 @@ def test_a_stop_inside_a_storage_call_lands_as_it_ends_and_the_stopped_trial_is_
             raise
     stopped = study.get_trials(deepcopy=False)[trial.number]
     assert stopped.state == TrialState.FAIL and stopped.user_attrs["outcome"] == "interrupted"
+
+
+@pytest.mark.slow  # the session's PostgreSQL server
+def test_release_storages_ends_this_process_postgresql_sessions_and_a_later_call_connects_again(
+    postgres_url: str,
+) -> None:
+    # What calibrate() and load_calibration() end with, so that a launcher or a rank that trains next holds no
+    # session on the study's server (a shared server has a connection limit). SQLite: tests/api/test_calibrate.py.
+    storage = make_storage(postgres_url)
+    rdb = rdb_of(storage)
+    assert rdb is not None
+    with rdb.engine.connect() as conn:
+        ours = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+    storage.get_all_studies()
+    observer = optuna.storages.RDBStorage(postgres_url).engine  # a session of its own, to look from
+
+    def alive(pid: object) -> bool:
+        with observer.connect() as conn:
+            found = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).scalar()
+        return bool(found)
+
+    try:
+        assert alive(ours)  # pooled: it outlives the call that opened it
+        release_storages()
+        deadline = time.monotonic() + 5
+        while alive(ours) and time.monotonic() < deadline:  # the server notices the closed socket at once
+            time.sleep(0.05)
+        assert not alive(ours)
+        assert storage.get_all_studies() is not None  # the storage in hand connects again
+    finally:
+        observer.dispose()
