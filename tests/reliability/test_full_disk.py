@@ -22,7 +22,7 @@ from autotune.tuner import counts_toward_budget
 from .conftest import StudyDir, assert_nothing_left, write_study
 
 SPACE = {"batch_size": {"choices": [8, 16, 24]}}
-SLOW = {"workload_args": {"sleep_s": 0.1}, "trial": {"max_steps": 60, "report_every": 2}}
+SLOW = {"workload_args": {"sleep_s": 0.1}, "trial": {"max_steps": 30, "report_every": 2}}
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_on
     # elsewhere_by_option: the study file names no storage; every command is given `--storage URL`, as workers
     # sharing one database are (`report` had no --storage: such a study could not be reported)
     option = ["--storage", elsewhere] if storage == "elsewhere_by_option" else []
-    slow = tmp_path / "slow"  # the trials are slow (6 s) while it exists: the first run's is caught mid-way
+    slow = tmp_path / "slow"  # the trials are slow (3 s) while it exists: the first run's is caught mid-way
     slow.touch()
     sd: StudyDir = write_study(small_disk / "study", "full", study_env,
                                workload_args={**SLOW["workload_args"], "sleep_while": str(slow)},
@@ -107,7 +107,9 @@ def test_a_disk_that_fills_mid_trial_is_one_line_exit_1_and_the_study_resumes_on
     assert len(errors) == 1 and text.rstrip().endswith(errors[0]), text
     assert "no space left" in errors[0] and str(small_disk) in errors[0], errors[0]
     assert_nothing_left(sd, started)
-    with sqlite3.connect(db) as conn:  # the stored study is intact
+    # the stored study is intact (closing: sqlite3's own `with` commits but leaves the file open, and an open file
+    # keeps the small disk from unmounting)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
     filler.unlink()

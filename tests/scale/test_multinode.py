@@ -206,7 +206,7 @@ def test_node_2_losing_its_slurmd_mid_trial_ends_it_crashed_and_the_next_trial_r
 def test_node_2_losing_power_mid_trial_ends_it_crashed_with_the_node_named(
     two_nodes: NetnsCluster, tmp_path: Path
 ) -> None:
-    p = plan("slow", world_size=2, limits={"max_steps": 1000, "max_seconds": 120, "hang_seconds": 15})
+    p = plan("slow", world_size=2, limits={"max_steps": 1000, "max_seconds": 120, "hang_seconds": 8})
     watcher = _during_training(tmp_path / "t", lambda: two_nodes.power_off(2))
     result = _trial(p, tmp_path / "t")
     watcher.join(timeout=5)
@@ -244,7 +244,10 @@ def test_a_node_that_cannot_reach_node_1_says_so(two_nodes: NetnsCluster, tmp_pa
 def test_a_wrong_gloo_interface_fails_clearly(
     two_nodes: NetnsCluster, tmp_path: Path, ifname: str, says: str
 ) -> None:
+    # the start-up timeout bounds the wait for an unreachable rendezvous (iso0: nothing answers, so the node
+    # waits it out); 8 s of it says the same as the default 0.75 x max_seconds, in a third of the time
     p = _with_env(plan(world_size=2, limits={"max_seconds": 30}), GLOO_SOCKET_IFNAME=ifname)
+    p = p.model_copy(update={"startup_timeout_s": 8.0})
     result = _trial(p, tmp_path / "t")
     assert result.outcome.value == "crashed"  # before the wall-clock cap: not a timeout
     assert result.reason.startswith("node ") and says in result.reason, result.reason

@@ -142,13 +142,14 @@ def test_workers_started_together_on_an_empty_database_create_one_study(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_four_workers_times_6_trials_lose_none(tmp_path: Path, postgres_url: str) -> None:
+def test_four_workers_times_3_trials_lose_none(tmp_path: Path, postgres_url: str) -> None:
     """Four workers share one budget: none overshoots it, trial numbers are unique, no trial is lost. (Every
     trial is claimed by four workers racing for it; benchmarks/pg_workers.py runs the 100-trial version.)"""
-    # 20-40 s on 2 cores: one trial at a time (the core lease), four workers taking turns; 24 trials, each
+    # 10-20 s on 2 cores: one trial at a time (the core lease), four workers taking turns; 12 trials, each
     # raced for by four workers, the last ones by workers whose budget checks meet the others' finished trials
-    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=24, timeout_s=540)
-    check_shared_budget(found, n_trials=24, workers=4)
+    # (24 trials showed nothing 12 do not: every claim past the first few is a race among all four)
+    found = run_workers(tmp_path, postgres_url, workers=4, n_trials=12, timeout_s=540)
+    check_shared_budget(found, n_trials=12, workers=4)
 
 
 @pytest.mark.slow
