@@ -374,17 +374,18 @@ CPU_LOG = "AUTOTUNE_TEST_CPU_LOG"  # a file: each test's wall and CPU seconds, o
 # innermost (trylast): the timed gate's wait is not the test's
 @pytest.hookimpl(hookwrapper=True, trylast=True, specname="pytest_runtest_protocol")
 def pytest_cpu_log(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """With AUTOTUNE_TEST_CPU_LOG set, every test appends ``{"id", "worker", "wall_s", "cpu_s"}`` to that file:
-    the CPU of the worker and every process it started (its zygote, the trials, `autotune run` subprocesses)
-    from the test's start to its end. Under `-n 3` the suite is CPU-bound, so this is where its time goes."""
+    """With AUTOTUNE_TEST_CPU_LOG set, every test appends ``{"id", "worker", "started", "wall_s", "cpu_s"}`` to that
+    file: when it began (Unix time, to lay the workers' runs side by side), its wall seconds, and the CPU of the
+    worker and every process it started (its zygote, the trials, `autotune run` subprocesses) meanwhile.
+    Under `-n 3` the suite is CPU-bound, so this is where its time goes."""
     path = os.environ.get(CPU_LOG)
     if not path:
         yield
         return
-    cpu, began = family_cpu_s(os.getpid()), time.monotonic()
+    cpu, began, at = family_cpu_s(os.getpid()), time.monotonic(), time.time()
     yield
     line = json.dumps({"id": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-                       "wall_s": round(time.monotonic() - began, 3),
+                       "started": round(at, 2), "wall_s": round(time.monotonic() - began, 3),
                        "cpu_s": round(family_cpu_s(os.getpid()) - cpu, 2)})
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -206,7 +206,7 @@ def test_node_2_losing_its_slurmd_mid_trial_ends_it_crashed_and_the_next_trial_r
 def test_node_2_losing_power_mid_trial_ends_it_crashed_with_the_node_named(
     two_nodes: NetnsCluster, tmp_path: Path
 ) -> None:
-    p = plan("slow", world_size=2, limits={"max_steps": 1000, "max_seconds": 120, "hang_seconds": 8})
+    p = plan("slow", world_size=2, limits={"max_steps": 1000, "max_seconds": 120, "hang_seconds": 15})
     watcher = _during_training(tmp_path / "t", lambda: two_nodes.power_off(2))
     result = _trial(p, tmp_path / "t")
     watcher.join(timeout=5)
