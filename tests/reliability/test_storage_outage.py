@@ -27,7 +27,10 @@ from tests.conftest import PostgresControl
 
 from .conftest import StudyDir, assert_nothing_left
 
-OUTAGE_S = 8.0  # several tries with back-off (0.5, 1, 2, 4 s), and a running trial's end within it
+# Several tries with back-off (at 0, 0.5, 1.5, 3.5 and 7.5 s of a call's outage, then every 5 s), and a running
+# trial's end (~2.4 s) within it. 6 s: the server is back (its start takes ~1 s) by the try at 7.5 s; at 8 s
+# the workers waited for the one at 12.5 s.
+OUTAGE_S = 6.0
 SPACE = {"batch_size": {"choices": [8, 16, 24, 32]}}
 # every loss call sleeps 80 ms: a trial trains for about 2.4 s, so one is caught running when the server stops
 # and ends well inside the outage
