@@ -37,18 +37,19 @@ confirm: {top_k: 0}
 def test_a_study_runs_its_trials_as_srun_steps_at_world_size_2(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     (tmp_path / "faulty.py").write_text(FAULTY.read_text())
     (tmp_path / "study.yaml").write_text(STUDY)
-    out = autotune("run", "study.yaml", "--n-trials", "3", cwd=tmp_path)  # in-process: the trials are the point
+    # in-process: the trials are the point; two (the baseline and one more), each a job step of its own
+    out = autotune("run", "study.yaml", "--n-trials", "2", cwd=tmp_path)
     assert out.exit_code == 0, out.stdout[-2000:] + out.stderr[-2000:]
     study = optuna.load_study(study_name="on-slurm", storage=f"sqlite:///{tmp_path / 'on-slurm.db'}")
     trials = study.get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     steps = set()
     for t in trials:
         assert t.user_attrs["outcome"] == "complete" and t.user_attrs["config"]["world_size"] == 2
         folder = Path(t.user_attrs["trial_dir"])
         assert sorted(p.name for p in folder.glob("rank*.log")) == ["rank0.log", "rank1.log"]
         steps.add((folder / "slurm.step").read_text().strip())  # a job step of its own
-    assert len(steps) == 3
+    assert len(steps) == 2
     assert not [s for s in slurm_cluster.steps() if "autotune-trial-" in s]
 
 
