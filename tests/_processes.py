@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 
 
-def _fd_targets(pid: int) -> list[str]:
+def fd_targets(pid: int) -> list[str]:
+    """What the open file descriptors of ``pid`` point at (paths, ``socket:[...]``, ``pipe:[...]``)."""
     folder = f"/proc/{pid}/fd"
     targets = []
     try:
@@ -46,7 +47,7 @@ def leftovers(trial_dir: Path) -> list[str]:
     open files (ranks forked by the warm launcher and their DataLoader workers hold rank<N>.log)."""
     needle = str(trial_dir)
     return find_processes(
-        lambda proc, _cwd, cmdline: needle in cmdline or any(t.startswith(needle) for t in _fd_targets(proc.pid)),
+        lambda proc, _cwd, cmdline: needle in cmdline or any(t.startswith(needle) for t in fd_targets(proc.pid)),
         exclude=(os.getpid(),),
     )
 

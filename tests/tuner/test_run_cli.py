@@ -3,7 +3,6 @@ CLI, and resumed by running the same command again."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -16,6 +15,8 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
+
+from tests._processes import fd_targets
 
 from .conftest import (
     CONFIG_KEYS,
@@ -51,11 +52,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[StudyDir, subprocess.
 
 def _held(path: Path) -> list[str]:
     """This process's open file descriptors on ``path`` (or its journal)."""
-    links = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            links.append(os.readlink(f"/proc/self/fd/{fd}"))
-    return [link for link in links if link.startswith(str(path))]
+    return [target for target in fd_targets(os.getpid()) if target.startswith(str(path))]
 
 
 def roles(study: optuna.Study) -> list[str]:
