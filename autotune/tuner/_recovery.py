@@ -15,6 +15,7 @@ import signal
 import socket
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -52,14 +53,42 @@ class Interrupted(BaseException):
 
 
 def worker_identity() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": psutil.Process().create_time()}
+    """This tuner as its trials record it: host, pid and start (epoch seconds), and on Linux the machine's boot
+    and the start in clock ticks since it, which :func:`_alive` compares instead of the start."""
+    me: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": psutil.Process().create_time()}
+    ticks, boot = _start_ticks(os.getpid()), _boot_id()
+    if ticks is not None and boot is not None:
+        me |= {"boot": boot, "start_ticks": ticks}
+    return me
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since the machine booted (Linux; else None). Unlike its start
+    in epoch seconds (boot time + ticks, the boot time read from the wall clock at each call) it does not move
+    when the wall clock is stepped (NTP, a VM resumed from a snapshot): a step of a second made a live tuner look
+    gone and its running trial was failed and run again by the tuner beside it."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
 
 
 def _alive(worker: dict[str, Any]) -> bool:
+    """Whether the tuner ``worker`` (:func:`worker_identity`, recorded on this host) still runs: its pid, started
+    when it was (a reused pid is another process), not a zombie."""
     try:
         proc = psutil.Process(int(worker["pid"]))
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
+        if "start_ticks" in worker and (ticks := _start_ticks(proc.pid)) is not None:
+            return worker.get("boot") == _boot_id() and ticks == int(worker["start_ticks"])
         return "start" not in worker or abs(proc.create_time() - float(worker["start"])) < 1.0
     except (psutil.Error, KeyError, ValueError, TypeError):
         return False

@@ -5,11 +5,16 @@ holds no PostgreSQL session. Real SQLite and PostgreSQL storage."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import optuna
+import psutil
+import psutil._pslinux as psutil_linux
 import pytest
 from optuna.trial import TrialState
 from sqlalchemy import text
@@ -17,7 +22,7 @@ from sqlalchemy import text
 from autotune.compat.optuna_private import GuardedStorage, rdb_of, storage_of
 from autotune.errors import UsageError
 from autotune.tuner import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, make_storage, release_storages
-from autotune.tuner._recovery import Interrupted, ask, recover, signals_as_interrupts
+from autotune.tuner._recovery import Interrupted, ask, recover, signals_as_interrupts, worker_identity
 from autotune.tuner._storage import grace_period_s, heartbeat_interval_s
 from autotune.tuner._telling import tell_interrupted
 
@@ -64,6 +69,43 @@ def test_a_trial_whose_heartbeat_is_older_than_the_grace_period_is_failed_and_qu
     trials = study.get_trials(deepcopy=False)
     assert trials[0].state == TrialState.FAIL
     assert [t.state for t in trials[1:]] == [TrialState.WAITING]  # queued again with its configuration
+
+
+#: Another tuner: it says who it is, as it records itself on its trials, and lives until its stdin closes.
+IDENTIFY = """import json, sys
+from autotune.tuner._recovery import worker_identity
+print(json.dumps(worker_identity()), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_live_tuner_beside_this_one_keeps_its_trial_when_the_wall_clock_is_stepped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A tuner on this host is gone when its pid is, or runs another process; the check must not read the wall
+    clock, which NTP or a VM resumed from a snapshot steps: a one-second step made a live tuner look gone to the
+    one beside it (its start, in epoch seconds, is the boot time read from the wall clock plus ticks since boot),
+    and its running trial was failed and run again."""
+    other = subprocess.Popen([sys.executable, "-c", IDENTIFY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None
+        worker = json.loads(other.stdout.readline())  # as that tuner records itself on its trials
+        study = optuna.create_study(storage=make_storage(f"sqlite:///{tmp_path / 'study.db'}"), study_name="step")
+        for recorded in (worker, {**worker, "start_ticks": worker["start_ticks"] - 1}):  # the second: a reused pid
+            trial = ask(study)
+            trial.set_user_attr("worker", recorded)
+            trial.set_user_attr("config", {"batch_size": 8})
+        stepped = psutil_linux.boot_time() + 5  # the wall clock, 5 s ahead of where it was when that tuner started
+        monkeypatch.setattr(psutil_linux, "boot_time", lambda: stepped)
+        assert psutil.Process(other.pid).create_time() - worker["start"] == pytest.approx(5, abs=0.02)
+        me = worker_identity()
+        assert recover(study, me) == [1]  # the live tuner's trial runs on; the pid's other process is not it
+        assert [t.state for t in study.get_trials(deepcopy=False)[:2]] == [TrialState.RUNNING, TrialState.FAIL]
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+    assert recover(study, me) == [0]  # gone now: failed and queued again
+    assert "its tuner (pid" in study.get_trials(deepcopy=False)[0].user_attrs["reason"]
 
 
 def test_autotune_run_with_a_bad_grace_period_is_one_line_exit_2(tmp_path: Path) -> None:
