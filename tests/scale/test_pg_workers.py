@@ -82,10 +82,17 @@ def run_workers(tmp_path: Path, url: str, workers: int, n_trials: int, timeout_s
     return trials(url, "workers")
 
 
-def check_shared_budget(found: list[FrozenTrial], n_trials: int, workers: int) -> None:
+def check_shared_budget(found: list[FrozenTrial], n_trials: int, workers: int, logs: Path | None = None) -> None:
+    """The study ``workers`` shared: ``n_trials`` trials, each run once and completed. A failure names the trials
+    that are not and ends with the tail of each worker's log (``logs``: their folder)."""
     numbers = [t.number for t in found]
     assert sorted(numbers) == list(range(len(found)))  # unique, none missing
-    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in found), [t.state for t in found]
+    unfinished = [(t.number, t.state.name, t.user_attrs.get("outcome"), t.user_attrs.get("reason"),
+                   t.user_attrs.get("worker", {}).get("pid"), t.datetime_start, t.datetime_complete)
+                  for t in found if t.state not in (TrialState.COMPLETE, TrialState.PRUNED)]
+    tails = "".join(f"\n--- {log.name}\n{log.read_text()[-1500:]}" for log in sorted(logs.glob("worker*.log"))
+                    ) if logs else ""
+    assert not unfinished, f"{unfinished}{tails}"
     assert sum(counts_toward_budget(t) for t in found) == n_trials
     assert len(found) == n_trials  # no worker overshot the shared budget, not even by one
     assert sum(t.user_attrs.get("role") == "baseline" for t in found) == 1
@@ -149,7 +156,7 @@ def test_four_workers_times_3_trials_lose_none(tmp_path: Path, postgres_url: str
     # raced for by four workers, the last ones by workers whose budget checks meet the others' finished trials
     # (24 trials showed nothing 12 do not: every claim past the first few is a race among all four)
     found = run_workers(tmp_path, postgres_url, workers=4, n_trials=12, timeout_s=540)
-    check_shared_budget(found, n_trials=12, workers=4)
+    check_shared_budget(found, n_trials=12, workers=4, logs=tmp_path)
 
 
 @pytest.mark.slow

@@ -99,9 +99,11 @@ def test_a_real_two_rank_trial_measures_from_where_its_throughput_stopped_rising
     run_faulty: RunFaulty, fault: str, settles: bool
 ) -> None:
     # slow: 50 ms a step, flat; ramp: every step sleeps 20% less than the one before (0.4 s at first), so
-    # each 2-step window is ~1.5x faster than the last, by far more than a memory reading on the rank's
-    # thread can slow one (tens of ms)
-    limits = {"warmup": "steady", "warmup_steps": 2, "max_steps": 24, "report_every": 2,
+    # each 3-step window is ~1.95x faster than the last. Probe windows are steps 3-5, 6-8 and 9-11 (the cap,
+    # 12, leaves no room for a fourth); the last sleeps 0.13 s, so only a stall of over 0.1 s in it could
+    # flip the ramp to settled. (With 2-step windows the last slept 0.06 s at ~1.56x, and a 26 ms stall of
+    # a loaded machine in it flipped it once: probes 337, 522, 787, 1191, 1309.)
+    limits = {"warmup": "steady", "warmup_steps": 2, "max_steps": 24, "report_every": 3,
               "settle_tolerance": 0.9 if settles else 0.1}
     result, trial_dir = run_faulty(fault, world_size=2, limits=limits, at_step=1)
     assert result.outcome is Outcome.COMPLETE, result.reason
@@ -111,10 +113,10 @@ def test_a_real_two_rank_trial_measures_from_where_its_throughput_stopped_rising
     # both ranks decided alike (one metrics file, no hang), and as the rule says on the reduced probe times
     assert result.settled is settles is is_settled(probes, limits["settle_tolerance"]), probes
     used = result.warmup_steps_used
-    assert used == record["steps_used"] == 2 + 2 * len(probes)
-    assert used == (6 if settles else 12)  # two probes compared at once; still rising: the cap
+    assert used == record["steps_used"] == 2 + 3 * len(probes)
+    assert used == (8 if settles else 11)  # two probes compared at once; still rising: the last probe in the cap
     lines = [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [w["step"] for w in lines] == list(range(used + 2, 25, 2))
+    assert [w["step"] for w in lines] == [*range(used + 3, 25, 3), 24]  # the last window the trial's tail
     assert all(w["warmup_steps"] == used and w["settled"] is settles for w in lines)
     assert result.throughput_samples_s == pytest.approx((24 - used) * 64 / result.training_s, rel=1e-6)
     assert result.throughput_spread is not None and result.throughput_spread >= 0
