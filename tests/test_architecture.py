@@ -193,7 +193,9 @@ def test_package_inits_only_name_public_names() -> None:
         if path.name != "__init__.py" or name == ROOT:
             continue
         tree = ast.parse(path.read_text())
-        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))]
+        # a module __getattr__ may name public names imported on first use (trial_runner's, which import torch)
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                and not (isinstance(n, ast.FunctionDef) and n.name == "__getattr__" and len(n.body) <= 4)]
         if defs or len(path.read_text().splitlines()) > 80:
             heavy.append(f"{path.relative_to(PACKAGE.parent)}: an __init__ names the room's public names; "
                          "code lives in its modules")

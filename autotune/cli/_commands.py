@@ -192,16 +192,19 @@ def run(study_file: str, n_trials: int | None, timeout_s: float | None, storage:
     the study stopped early because its workload is broken (the same error in the baseline and the
     next trials); 2 for bad input; 130/143 when interrupted (rerun to continue).
     """
-    from autotune.cli._run_summary import print_summary
-    from autotune.cli._run_view import RunView
     from autotune.spec import read_spec
-    from autotune.tuner import Interrupted, Tuner, prepared_launcher
-    from autotune.workload_check import check_workload_fits
+    from autotune.trial_runner import prepared_launcher  # without torch: the zygote starts before it is imported
 
     spec = read_spec(study_file, _storage_override(storage, sets))
-    # The launcher's zygote imports torch while the workload is imported and checked (load_spec's check).
+    # The launcher's zygote imports torch while this process imports its own (the tuner, 1.2 s) and imports and
+    # checks the workload (load_spec's check).
     launcher = prepared_launcher(spec)
     try:
+        from autotune.cli._run_summary import print_summary
+        from autotune.cli._run_view import RunView
+        from autotune.tuner import Interrupted, Tuner
+        from autotune.workload_check import check_workload_fits
+
         check_workload_fits(spec)
         view = RunView(console, spec.name, spec.trial.max_steps)
         try:

@@ -13,7 +13,6 @@ from autotune.tuner._fingerprint import compare_fingerprints, describe_fingerpri
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
-from autotune.tuner._prepare import prepared_launcher
 from autotune.tuner._recovery import Interrupted, gone_from_here
 from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.tuner._results import TuneSummary, chosen, measured_groups, summarize
@@ -63,7 +62,6 @@ __all__ = [
     "not_launched",
     "open_study",
     "predict_memory",
-    "prepared_launcher",
     "pruning_hook",
     "read_study",
     "recorded_runner",

@@ -10,6 +10,8 @@ asked for.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -264,6 +266,38 @@ def test_autotune_run_starts_the_zygote_before_it_imports_the_workload(study_dir
     assert len(in_cli) == 1, imports  # the CLI imported the workload once, to check it
     assert any("autotune.trial_runner._zygote" in c for c in in_cli[0]["children"]), in_cli
     assert any(i["pid"] != run.pid for i in imports)  # and the trial's rank imported it too
+
+
+#: `autotune run` in a fresh interpreter, noting for each process it starts whether torch was imported by then; the
+#: workload's module fails at import, so the command stops at its workload check, after the zygote started.
+BEFORE_TORCH = """import json, subprocess, sys
+from autotune.cli import main
+spawned = []
+start = subprocess.Popen.__init__
+def noting(self, args, *rest, **kwargs):
+    spawned.append({"args": " ".join(map(str, args)), "torch": "torch" in sys.modules})
+    start(self, args, *rest, **kwargs)
+subprocess.Popen.__init__ = noting
+try:
+    main(["run", "study.yaml", "--n-trials", "1"])
+except SystemExit as end:
+    print(json.dumps({"code": end.code, "spawned": spawned}))
+"""
+
+
+def test_autotune_run_starts_the_zygote_before_it_imports_torch(study_dir: Callable[..., StudyDir]) -> None:
+    # The zygote imports torch for ~2 s, and so does the command itself (the tuner, 1.2 s): the zygote starts
+    # first, from the study file alone, so the two overlap (a 1-trial quickstart run reaches its first rank at
+    # 2.8 s, not 4.2: benchmarks/startup.py)
+    sd = study_dir("zygote-before-torch", search_space={"batch_size": {"choices": [8, 16]}}, confirm={"top_k": 0})
+    (sd.folder / "broken.py").write_text("raise ImportError('not today')\n")
+    sd.file.write_text(sd.file.read_text().replace("faulty.py:build", "broken.py:build"))
+    out = subprocess.run([sys.executable, "-c", BEFORE_TORCH], cwd=sd.folder, capture_output=True, text=True,
+                         timeout=120)
+    record = json.loads(out.stdout.splitlines()[-1])
+    assert record["code"] == 2, out.stderr  # the broken workload: bad input
+    zygotes = [s for s in record["spawned"] if "autotune.trial_runner._zygote" in s["args"]]
+    assert [z["torch"] for z in zygotes] == [False], record
 
 
 def test_a_sigterm_that_lands_where_python_swallows_exceptions_still_stops_the_run(
