@@ -330,7 +330,10 @@ def test_a_sigterm_that_lands_where_python_swallows_exceptions_still_stops_the_r
     assert stop.value.exit_code == 143
     assert len(calls) == 2  # stopped before a third trial ran
     trials = sd.load().get_trials(deepcopy=False)
-    assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]  # the second told whole
+    # the second told whole: its result recorded (the sampler is not seeded: a configuration slower than the
+    # baseline is pruned by its windows, as it should be; CI drew one once)
+    assert [t.user_attrs.get("outcome") in ("complete", "pruned") for t in trials[:2]] == [True, True], trials[:2]
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials[:2])
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     # a later run starts without it: nothing pending stops it
     Tuner(spec, launcher=NoLaunch(), run_trial=replay).run(n_trials=3)
