@@ -13,7 +13,7 @@ from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._prepare import prepared_launcher
-from autotune.trial_runner._process import free_port
+from autotune.trial_runner._process import free_port, start_ticks
 from autotune.trial_runner._trace import TRACE_ENV, trace_event, traced
 from autotune.trial_runner._warm import WarmLauncher
 
@@ -58,6 +58,7 @@ __all__ = [
     "resolve_threads",
     "run_trial",
     "shard_model",
+    "start_ticks",
     "trace_event",
     "traced",
     "trial_environment",

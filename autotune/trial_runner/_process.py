@@ -1,4 +1,5 @@
-"""Process plumbing the launchers and the ranks share: dying with the parent, and a free local port."""
+"""Process plumbing the launchers, the ranks and the tuner share: dying with the parent, telling a process from
+another on its reused pid, and a free local port."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import ctypes
 import signal
 import socket
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -20,6 +22,18 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
 def die_with_tuner() -> None:  # pragma: no cover - runs in the child between fork and exec
     """A ``preexec_fn``: the child gets SIGTERM when the tuner (its parent) dies."""
     set_parent_death_signal(signal.SIGTERM)
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since the machine booted (``/proc/PID/stat``, Linux); None
+    when it is gone, a zombie, or this is not Linux. Another process on a reused pid started at another tick, and
+    unlike a start in epoch seconds (the boot time read from the wall clock, plus these ticks) it does not move
+    when the wall clock is stepped (NTP, a VM resumed from a snapshot)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -15,7 +15,7 @@ from typing import IO
 
 from autotune.errors import first_line
 from autotune.trial_runner._plan import ERRORS_DIR
-from autotune.trial_runner._process import set_parent_death_signal
+from autotune.trial_runner._process import set_parent_death_signal, start_ticks
 from autotune.trial_runner._records import RankErrorRecord, write_record
 
 
@@ -53,17 +53,6 @@ def remove_scratch(trial_dir: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    if fields[0] in ("Z", "X"):  # a zombie is dead already
-        return None
-    return fields[19]
-
-
 def die_with_parents(tuner_pid: int | None, interval_s: float = 0.5) -> None:
     """Make this rank exit when its launcher (parent) or the tuner process is gone.
 
@@ -76,14 +65,14 @@ def die_with_parents(tuner_pid: int | None, interval_s: float = 0.5) -> None:
         os._exit(1)
     if not tuner_pid:
         return
-    started = _start_time(tuner_pid)
+    started = start_ticks(tuner_pid)
     if started is None:
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            if _start_time(tuner_pid) != started:
+            if start_ticks(tuner_pid) != started:
                 kill_own_children()
                 os._exit(1)
 

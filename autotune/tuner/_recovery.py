@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import math
 import os
 import signal
@@ -24,6 +25,7 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
+from autotune.trial_runner import start_ticks
 from autotune.tuner._outage import raise_lost_stop, stop_taken, stop_unless_inside, stop_waiting
 from autotune.tuner._roles import INTERRUPTED, ROLE_CONFIRM
 from autotune.tuner._storage import grace_period_s, heartbeat_interval_s, study_lock
@@ -54,26 +56,19 @@ class Interrupted(BaseException):
 
 def worker_identity() -> dict[str, Any]:
     """This tuner as its trials record it: host, pid and start (epoch seconds), and on Linux the machine's boot
-    and the start in clock ticks since it, which :func:`_alive` compares instead of the start."""
+    and the start in clock ticks since it, which :func:`_alive` compares instead of the start: a start in epoch
+    seconds moves with the wall clock, and a step of a second made a live tuner look gone and its running trial
+    was failed and run again by the tuner beside it."""
     me: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": psutil.Process().create_time()}
-    ticks, boot = _start_ticks(os.getpid()), _boot_id()
+    ticks, boot = start_ticks(os.getpid()), _boot_id()
     if ticks is not None and boot is not None:
         me |= {"boot": boot, "start_ticks": ticks}
     return me
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since the machine booted (Linux; else None). Unlike its start
-    in epoch seconds (boot time + ticks, the boot time read from the wall clock at each call) it does not move
-    when the wall clock is stepped (NTP, a VM resumed from a snapshot): a step of a second made a live tuner look
-    gone and its running trial was failed and run again by the tuner beside it."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
+@functools.cache
 def _boot_id() -> str | None:
+    """This boot of the machine (Linux; else None): after a reboot, pids and their start ticks begin again."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -87,7 +82,7 @@ def _alive(worker: dict[str, Any]) -> bool:
         proc = psutil.Process(int(worker["pid"]))
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        if "start_ticks" in worker and (ticks := _start_ticks(proc.pid)) is not None:
+        if "start_ticks" in worker and (ticks := start_ticks(proc.pid)) is not None:
             return worker.get("boot") == _boot_id() and ticks == int(worker["start_ticks"])
         return "start" not in worker or abs(proc.create_time() - float(worker["start"])) < 1.0
     except (psutil.Error, KeyError, ValueError, TypeError):
