@@ -58,8 +58,12 @@ class LauncherSpec(BaseModel):
     """Where trials run: ``local`` (torchrun on this machine) or ``slurm`` (srun in an allocation)."""
 
     model_config = STRICT
-    kind: Literal["local", "slurm"] = Field("local", description="local | slurm")
-    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="cpu | cuda | auto")
+    kind: Literal["local", "slurm"] = Field(
+        "local", description="local: trials run on this machine; slurm: one srun job step per trial in an allocation"
+    )
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        "cpu", description="auto: cuda when torch sees a GPU (else cpu, dropping fp16 and pin_memory with a note)"
+    )
     start: Literal["warm", "torchrun"] = Field(
         "warm",
         description="local: fork ranks from a warm interpreter (fast) or start a cold torchrun per trial",
@@ -196,6 +200,8 @@ class ObjectiveSpec(BaseModel):
 
 
 class ConstraintsSpec(BaseModel):
+    """Limits that make a trial infeasible, and a global batch held fixed."""
+
     model_config = STRICT
     max_memory_mb: float | None = Field(
         None, gt=0, description="peak memory budget per rank; a trial over it is infeasible"
@@ -213,6 +219,8 @@ class ConstraintsSpec(BaseModel):
 
 
 class SamplerSpec(BaseModel):
+    """The Optuna sampler that proposes each trial's configuration."""
+
     model_config = STRICT
     name: SamplerName = Field(
         "gp", description="gp (Gaussian-process Bayesian optimisation) | tpe | nsga2 | random | grid | cmaes | qmc"
@@ -222,6 +230,8 @@ class SamplerSpec(BaseModel):
 
 
 class PrunerSpec(BaseModel):
+    """How hopeless trials are stopped early (autotune's noise-aware rule, or Optuna's)."""
+
     model_config = STRICT
     name: PrunerName = Field(
         "best", description="best | median | percentile | hyperband | successive_halving | none"
@@ -249,6 +259,8 @@ class PrunerSpec(BaseModel):
 
 
 class BudgetSpec(BaseModel):
+    """When the study stops: a number of trials, a time, or both."""
+
     model_config = STRICT
     n_trials: int | None = Field(
         20, ge=1, description="trials to run (the baseline included); null: no limit (until timeout_s or Ctrl-C)"
