@@ -28,6 +28,7 @@ class KnobDef:
     values: tuple[Any, ...] | None = None
     words: tuple[str, ...] = ()  # strings an integer knob also takes (threads_per_rank: auto, share, half)
     ddp_only: bool = False  # applies with sharding ddp only (sampled only there; None otherwise)
+    pipeline_only: bool = False  # applies with pipeline_parallel > 1 only (sampled only there; None otherwise)
     bottlenecks: tuple[str, ...] = ()  # which parts of a step it acts on (INPUT, COMPUTE, SYNC)
     ddp_argument: bool = False  # a DistributedDataParallel keyword argument of the same name
     hf_argument: str | None = None  # the transformers.TrainingArguments keyword that takes its value
@@ -83,6 +84,7 @@ LR_SCALING_RULES = ("none", "linear", "sqrt")
 AMP_MODES = ("off", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 SHARDING_MODES = ("ddp", "fsdp", "fsdp_no_reshard")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 
 KNOBS: dict[str, KnobDef] = {
     k.name: k
@@ -134,7 +136,8 @@ KNOBS: dict[str, KnobDef] = {
         KnobDef("bucket_cap_mb", int, 25, "DDP gradient bucket size in MB (sharding ddp)", minimum=1, ddp_only=True,
                 bottlenecks=(SYNC,), ddp_argument=True, hf_argument="ddp_bucket_cap_mb", short="bucket={}MB",
                 short_always=True),
-        KnobDef("world_size", int, 1, "data-parallel degree (number of ranks)", minimum=1, core=True,
+        KnobDef("world_size", int, 1, "ranks of a trial; world_size / (tensor_parallel x pipeline_parallel) of them "
+                "are the data-parallel degree", minimum=1, core=True,
                 bottlenecks=(SYNC, INPUT, COMPUTE), short="ws={}", short_always=True),
         KnobDef(
             "threads_per_rank",
@@ -176,6 +179,26 @@ KNOBS: dict[str, KnobDef] = {
         ),
         KnobDef("static_graph", bool, False, "DDP static_graph: the same graph every step (sharding ddp)",
                 ddp_only=True, bottlenecks=(SYNC,), ddp_argument=True, short="static_graph"),
+        KnobDef(
+            "tensor_parallel", int, 1,
+            "tensor-parallel degree: ranks that split each layer's weights (the mesh's innermost axis, tp)",
+            minimum=1, core=True, bottlenecks=(COMPUTE, SYNC), short="tp={}",
+        ),
+        KnobDef(
+            "pipeline_parallel", int, 1,
+            "pipeline-parallel degree: stages the model is split into along its depth (the mesh's outer axis, pp)",
+            minimum=1, core=True, bottlenecks=(COMPUTE, SYNC), short="pp={}",
+        ),
+        KnobDef(
+            "pipeline_schedule", str, "1f1b",
+            "the pipeline's schedule: gpipe, 1f1b or interleaved_1f1b (two stages a rank; pipeline_parallel > 1)",
+            values=PIPELINE_SCHEDULES, pipeline_only=True, core=True, bottlenecks=(COMPUTE,), short="{}",
+        ),
+        KnobDef(
+            "pipeline_microbatches", int, 4,
+            "micro-batches each step's batch is split into along the pipeline (pipeline_parallel > 1)",
+            minimum=1, pipeline_only=True, core=True, bottlenecks=(COMPUTE,), short="mb={}", short_always=True,
+        ),
     )
 }
 
@@ -184,6 +207,12 @@ BASE_KNOBS = tuple(list(KNOBS)[:10])
 
 DDP_ONLY = tuple(name for name, knob in KNOBS.items() if knob.ddp_only)
 """Knobs that apply with ``sharding: ddp`` only: sampled only there, None in a config otherwise."""
+
+PIPELINE_ONLY = tuple(name for name, knob in KNOBS.items() if knob.pipeline_only)
+"""Knobs that apply with ``pipeline_parallel > 1`` only: sampled only there, None in a config otherwise."""
+
+MESH_KNOBS = ("tensor_parallel", "pipeline_parallel")
+"""The degrees that split the ranks besides data parallelism; ``world_size / (tp * pp)`` is the data-parallel one."""
 
 DDP_ARGUMENTS = tuple(name for name, knob in KNOBS.items() if knob.ddp_argument)
 """Knobs that are keyword arguments of ``DistributedDataParallel`` (the rank's DDP, ``Calibration.ddp_kwargs``)."""

@@ -56,6 +56,13 @@ class Workload:
             (default: ``checkpoint_modules``); the root module is sharded after them.
         collate_fn: passed to the DataLoader.
         eval_dataset: optional held-out dataset factory (map-style or a stream).
+        parallelize: ``parallelize(model, mesh, config) -> nn.Module``, called in each rank after the model is
+            built and before autotune's own wrapping when ``tensor_parallel`` or ``pipeline_parallel`` is above 1:
+            the workload applies its own tensor parallelism over ``mesh["tp"]`` (a ``DeviceMesh`` with axes
+            ``pp``, ``dp``, ``tp``) and returns the model.
+        tp_plan: the declarative tensor-parallel plan: module-name patterns (``fnmatch`` on the module's
+            fully qualified name) to ``colwise``, ``rowwise`` or ``sequence``.
+        pipeline_split: module names (fully qualified), each the first module of a new pipeline stage.
     """
 
     model: Callable[[], Any]
@@ -68,6 +75,9 @@ class Workload:
     shard_modules: tuple[type, ...] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
     eval_dataset: Callable[[], Any] | None = None
+    parallelize: Callable[[Any, Any, Any], Any] | None = None
+    tp_plan: Mapping[str, str] | None = None
+    pipeline_split: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _refuse_instances(self)
@@ -75,7 +85,7 @@ class Workload:
             if not callable(getattr(self, name)):
                 kind = type(getattr(self, name)).__name__
                 raise WorkloadError(f"Workload.{name} must be callable, got {kind}")
-        for name in ("collate_fn", "eval_dataset"):
+        for name in ("collate_fn", "eval_dataset", "parallelize"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise WorkloadError(f"Workload.{name} must be callable or None, got {type(value).__name__}")
@@ -105,11 +115,32 @@ class Workload:
                 if not isinstance(m, type):
                     raise WorkloadError(f"Workload.shard_modules must hold module types, got {m!r}")
             object.__setattr__(self, "shard_modules", shard)
+        _check_mesh_fields(self)
 
     @property
     def shard_units(self) -> tuple[type, ...]:
         """The module types FSDP shards as units: ``shard_modules``, else ``checkpoint_modules``."""
         return self.shard_modules if self.shard_modules is not None else self.checkpoint_modules
+
+
+TP_STYLES = ("colwise", "rowwise", "sequence")
+"""The styles a ``Workload.tp_plan`` entry takes (DTensor's ColwiseParallel, RowwiseParallel, SequenceParallel)."""
+
+
+def _check_mesh_fields(workload: Workload) -> None:
+    """``tp_plan`` maps name patterns to a style of :data:`TP_STYLES`; ``pipeline_split`` is module names."""
+    plan, split = workload.tp_plan, workload.pipeline_split
+    if plan is not None:
+        bad = [(k, v) for k, v in plan.items() if not isinstance(k, str) or v not in TP_STYLES] if plan else [("", "")]
+        if not isinstance(plan, Mapping) or bad:
+            raise WorkloadError(f"Workload.tp_plan: {bad[0][0]!r} -> {bad[0][1]!r}; map module-name patterns to "
+                                f"{', '.join(TP_STYLES)}")
+        object.__setattr__(workload, "tp_plan", dict(plan))
+    if split is not None:
+        split = (split,) if isinstance(split, str) else tuple(split)
+        if not split or not all(isinstance(name, str) and name for name in split):
+            raise WorkloadError(f"Workload.pipeline_split: give module names, each the first of a stage, not {split!r}")
+        object.__setattr__(workload, "pipeline_split", split)
 
 
 def is_stream(dataset: Any) -> bool:

@@ -370,7 +370,9 @@ KNOB_RULES = {
 # input pipeline, compile's payback, the thread count...): named where they mean something. A knob the table
 # marks core=True must be added here, which says the table no longer drives it alone.
 CORE_KNOBS = {"batch_size", "grad_accum", "lr_scaling", "num_workers", "prefetch_factor", "pin_memory", "amp",
-              "activation_checkpointing", "world_size", "threads_per_rank", "compile", "sharding"}
+              "activation_checkpointing", "world_size", "threads_per_rank", "compile", "sharding",
+              # the mesh: the data-parallel degree, the global batch, the memory model and the rank's build
+              "tensor_parallel", "pipeline_parallel", "pipeline_schedule", "pipeline_microbatches"}
 
 
 def _knob_names(tree: ast.AST, knobs: set[str]) -> Iterator[tuple[int, str]]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, create_model, model_validator
 
-from autotune.knobs import DDP_ONLY, KNOBS, SHORT_ORDER, KnobDef, short_part
+from autotune.knobs import DDP_ONLY, KNOBS, PIPELINE_ONLY, SHORT_ORDER, KnobDef, short_part
 
 LrScaling = Literal["none", "linear", "sqrt"]
 Device = Literal["cpu", "cuda"]
@@ -38,12 +38,19 @@ STATIC_GRAPH_WITH_ACCUMULATION = (
 )
 
 
+_MESH_DIVIDES = (
+    "tensor_parallel x pipeline_parallel ({tensor_parallel} x {pipeline_parallel}) does not divide world_size "
+    "({world_size}); give a world_size that is a multiple of their product"
+)
+
+
 def _knob_field(knob: KnobDef) -> tuple[Any, Any]:
     """A knob's TrialConfig field, from the table: its type (None too where it can be unset), bounds, default."""
     kind: Any = Literal[knob.values] if knob.values is not None else knob.type
     if knob.words:
         kind = int | Literal[knob.words]
-    unset = knob.ddp_only or knob.name == "prefetch_factor"  # None unless sharding is ddp / num_workers > 0
+    # None unless sharding is ddp / pipeline_parallel > 1 / num_workers > 0
+    unset = knob.ddp_only or knob.pipeline_only or knob.name == "prefetch_factor"
     if unset:
         kind = kind | None
     bound: dict[str, Any] = {"ge": knob.minimum} if knob.minimum is not None and not knob.words else {}
@@ -63,7 +70,8 @@ _KnobFields: Any = create_model("_KnobFields", __config__=_FROZEN, **{  # type: 
 class TrialConfig(_KnobFields):
     """The knobs of one trial (a field per knob of :data:`autotune.knobs.KNOBS`) and the values derived from them.
 
-    ``global_batch = batch_size * grad_accum * world_size`` and
+    ``global_batch = batch_size * grad_accum * data_parallel`` (``data_parallel = world_size / (tensor_parallel *
+    pipeline_parallel)``: the ranks of one tensor- and pipeline-parallel group train on the same batch) and
     ``lr = base_lr * f(global_batch / base_batch_size)``. Build one with :meth:`create`, which derives
     them; the validator refuses a config whose derived values disagree with its knobs.
     """
@@ -83,6 +91,10 @@ class TrialConfig(_KnobFields):
         threads_per_rank: int | Literal["auto"]
         compile: str
         sharding: str
+        tensor_parallel: int
+        pipeline_parallel: int
+        pipeline_schedule: str | None
+        pipeline_microbatches: int | None
 
         def __getattr__(self, name: str) -> Any: ...
 
@@ -129,9 +141,17 @@ class TrialConfig(_KnobFields):
                 values[name] = knob.default
             elif knob.type is bool:
                 values[name] = bool(values[name])
+        for name in PIPELINE_ONLY:  # the pipeline's own knobs mean nothing without a pipeline
+            if values["pipeline_parallel"] == 1:
+                values[name] = None
+            elif values[name] is None:
+                values[name] = KNOBS[name].default
+        model_ranks = values["tensor_parallel"] * values["pipeline_parallel"]
+        if values["world_size"] % model_ranks:
+            raise ValueError(_MESH_DIVIDES.format(**values))
         if values["static_graph"] and values["grad_accum"] > 1:  # refused when made, not when read: older
             raise ValueError(STATIC_GRAPH_WITH_ACCUMULATION)  # studies stored some
-        global_batch = values["batch_size"] * values["grad_accum"] * values["world_size"]
+        global_batch = values["batch_size"] * values["grad_accum"] * (values["world_size"] // model_ranks)
         return cls(
             **values,
             env=dict(env or {}),
@@ -145,8 +165,10 @@ class TrialConfig(_KnobFields):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrialConfig:
-        if self.global_batch != self.batch_size * self.grad_accum * self.world_size:
-            raise ValueError("global_batch must equal batch_size * grad_accum * world_size")
+        if self.world_size % (self.tensor_parallel * self.pipeline_parallel):
+            raise ValueError(_MESH_DIVIDES.format(**self.knobs()))
+        if self.global_batch != self.batch_size * self.grad_accum * self.data_parallel:
+            raise ValueError("global_batch must equal batch_size * grad_accum * data_parallel")
         expected = scaled_lr(self.base_lr, self.base_batch_size, self.global_batch, self.lr_scaling)
         if not math.isclose(self.lr, expected, rel_tol=1e-9):
             raise ValueError(
@@ -158,11 +180,18 @@ class TrialConfig(_KnobFields):
             raise ValueError("fp16 and pin_memory need device cuda")
         if (self.sharding == "ddp") != all(getattr(self, name) is not None for name in DDP_ONLY):
             raise ValueError(f"{', '.join(DDP_ONLY[:-1])} and {DDP_ONLY[-1]} are set exactly when sharding is ddp")
+        if (self.pipeline_parallel > 1) != all(getattr(self, name) is not None for name in PIPELINE_ONLY):
+            raise ValueError(f"{' and '.join(PIPELINE_ONLY)} are set exactly when pipeline_parallel > 1")
         for name, knob in KNOBS.items():  # a number or a word: the word is the field's type, the bound is here
             value = getattr(self, name)
             if knob.words and isinstance(value, int) and knob.minimum is not None and value < knob.minimum:
                 raise ValueError(f"{name} must be at least {knob.minimum}, or one of {', '.join(knob.words)}")
         return self
+
+    @property
+    def data_parallel(self) -> int:
+        """The data-parallel degree: ``world_size / (tensor_parallel * pipeline_parallel)`` (the mesh's dp axis)."""
+        return self.world_size // (self.tensor_parallel * self.pipeline_parallel)
 
     def knobs(self) -> dict[str, object]:
         """The knob values (no derived values, no env), e.g. for ``--set`` or a baseline override."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
-from autotune.knobs import DDP_ONLY, KNOBS
+from autotune.knobs import DDP_ONLY, KNOBS, PIPELINE_ONLY
 from autotune.search_space._config import TrialConfig
 from autotune.search_space._hyper import HyperparameterSpace
 from autotune.search_space._split import SPLIT_KNOBS, SPLIT_PARAM, BatchSplit, admits, choose_split, feasible_splits
@@ -147,6 +147,9 @@ class SearchSpace:
             if name in DDP_ONLY and values["sharding"] != "ddp":
                 values[name] = None
                 continue
+            if name in PIPELINE_ONLY and values["pipeline_parallel"] == 1:
+                values[name] = None
+                continue
             if name == "static_graph" and values["grad_accum"] > 1:  # STATIC_GRAPH_WITH_ACCUMULATION
                 values[name] = False
                 continue
@@ -211,7 +214,7 @@ class SearchSpace:
         params: dict[str, Any] = {}
         for name in self.searched():
             value = getattr(config, name)
-            if (name == "prefetch_factor" or name in DDP_ONLY) and value is None:
+            if (name == "prefetch_factor" or name in DDP_ONLY or name in PIPELINE_ONLY) and value is None:
                 continue
             if name == "static_graph" and config.grad_accum > 1:  # not suggested there (see suggest)
                 continue
@@ -236,6 +239,10 @@ class SearchSpace:
                     return False
                 continue
             if name in DDP_ONLY and config.sharding != "ddp":
+                if value is not None:
+                    return False
+                continue
+            if name in PIPELINE_ONLY and config.pipeline_parallel == 1:
                 if value is not None:
                     return False
                 continue
