@@ -57,7 +57,7 @@ class Outcome(str, enum.Enum):
 
 @dataclass(frozen=True)
 class StepAnatomy:
-    """Where a step's time went, in seconds per step (docs/reference.md, "Step anatomy"): waiting for the next
+    """Where a step's time went, in seconds per step (docs/reference/trial.md, "Step anatomy"): waiting for the next
     batch, forward and backward, gradient synchronisation not hidden behind computation (None under FSDP, whose
     collectives stay inside ``forward_backward_s``), the optimizer step, and the rest of the step (the loop's
     own work, the window's reduction); ``data_wait_share`` is the wait's part of the step (0-1)."""
@@ -94,7 +94,7 @@ class StepAnatomy:
 
 @dataclass(frozen=True)
 class GradientNoise:
-    """A window's squared gradient norms at two batch sizes (docs/reference.md, "Gradient noise scale"): the
+    """A window's squared gradient norms at two batch sizes (docs/reference/objectives.md, "Gradient noise scale"): the
     mean over its ``steps`` of ``|g_small|^2`` (also over the ranks: each rank's gradient before the all-reduce,
     or each micro-batch's under grad_accum at one rank) and of ``|g_big|^2`` (the all-reduced or accumulated
     gradient), ``batch_small`` and ``batch_big`` samples each."""

@@ -221,7 +221,7 @@ def noise_lines(summary: Any) -> list[str]:
     by_tpe = [t.number for t in summary.study.get_trials(deepcopy=False) if t.user_attrs.get("sampler") == "tpe"]
     if by_tpe:
         lines.append(f"trials #{by_tpe[0]}-#{by_tpe[-1]} ({len(by_tpe)}) were proposed by TPE: the GP's ask grows with "
-                     "every trial, and past its trial limit the default sampler hands over (docs/reference.md)")
+                     "every trial, and past its trial limit the default sampler hands over (docs/reference/sampler.md)")
     return lines
 
 

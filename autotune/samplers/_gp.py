@@ -31,7 +31,7 @@ from autotune.samplers._gp_view import (
 
 __all__ = ["GP_MAX_TRIALS", "OneThreadGPSampler", "PartialGPSampler", "preload_gp"]
 
-#: Finished trials past which the default sampler hands over to TPE (docs/reference.md, benchmarks/scale.py).
+#: Finished trials past which the default sampler hands over to TPE (docs/reference/sampler.md, benchmarks/scale.py).
 GP_MAX_TRIALS = 100
 
 

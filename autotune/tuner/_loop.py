@@ -308,7 +308,7 @@ class Tuner:
             after = getattr(study.sampler, "max_trials", None)
             self.observer.note(
                 f"trial #{number}: the GP's ask grows with every trial, so past {after} finished trials TPE proposes "
-                "the rest of the study (docs/reference.md: the default sampler)"
+                "the rest of the study (docs/reference/sampler.md)"
             )
         return name
 

@@ -159,9 +159,9 @@ TRACES = Path("/work/shared/data/pollux-traces")
 @pytest.mark.slow  # 2-4 s at load 9, more under a heavier one
 @pytest.mark.skipif(not TRACES.is_dir(), reason="the Pollux traces are not on this machine")
 def test_on_the_pollux_traces_the_profile_brings_every_job_to_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/reference.md's figure: part (a) of benchmarks/pollux_traces.py, leave-one-job-out, 6 of 6 jobs with
-    the profile (5 with every member weighing alike) and 2 without (the medians and 90th percentiles need no
-    bootstrap)."""
+    """docs/design/measurements.md's figure: part (a) of benchmarks/pollux_traces.py, leave-one-job-out, 6 of 6
+    jobs with the profile (5 with every member weighing alike) and 2 without (the medians and 90th percentiles
+    need no bootstrap)."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
     pollux = importlib.import_module("pollux_traces")
     everyone = [pollux.Job.load(TRACES / name) for name in pollux.JOBS]

@@ -199,9 +199,9 @@ def test_the_hand_over_to_tpe_is_said_once_recorded_on_each_trial_and_summed_up(
     assert all(samplers[n] is None for n, role in roles.items() if role == "confirm") and "confirm" in roles.values()
     said = [n for n in notes if "TPE" in n]
     assert said == ["trial #6: the GP's ask grows with every trial, so past 6 finished trials TPE proposes the rest "
-                     "of the study (docs/reference.md: the default sampler)"]
+                     "of the study (docs/reference/sampler.md)"]
     assert "trials #6-#9 (4) were proposed by TPE: the GP's ask grows with every trial, and past its trial limit " \
-           "the default sampler hands over (docs/reference.md)" in noise_lines(summary)
+           "the default sampler hands over (docs/reference/sampler.md)" in noise_lines(summary)
 
 
 def test_the_trace_is_written_only_when_asked_for(study_dir: Callable[..., StudyDir], tmp_path: Path,
