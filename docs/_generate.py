@@ -335,11 +335,16 @@ def write_pages() -> list[str]:
     return written
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--check"]:
+def main(argv: list[str]) -> int:
+    if argv == ["--check"]:
         stale = stale_pages()
         if stale:
             print(f"docs out of date: {', '.join('docs/' + p for p in stale)}; run {COMMAND}", file=sys.stderr)
-        sys.exit(1 if stale else 0)
+        return 1 if stale else 0
     for path in write_pages():
         print(f"wrote docs/{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
