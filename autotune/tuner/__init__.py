@@ -9,12 +9,13 @@ real tuner on a landscape instead of launches (benchmarks, tests).
 from autotune.tuner._artifacts import attach_trial_artifacts
 from autotune.tuner._confirmation import confirmation_record, top_groups
 from autotune.tuner._entrants import block_steps
+from autotune.tuner._exhausted import EXHAUSTED_ATTR
 from autotune.tuner._fingerprint import compare_fingerprints, describe_fingerprint, study_fingerprint
 from autotune.tuner._loop import Tuner
 from autotune.tuner._memory import not_launched, predict_memory
 from autotune.tuner._observer import Observer
 from autotune.tuner._recovery import Interrupted, gone_from_here
-from autotune.tuner._replay import Landscape, Measured, NoLaunch, recorded_runner, replay_runner
+from autotune.tuner._replay import Drift, Landscape, Measured, NoLaunch, recorded_runner, replay_runner
 from autotune.tuner._results import TuneSummary, chosen, measured_groups, summarize
 from autotune.tuner._roles import FINISHED, INTERRUPTED, ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
 from autotune.tuner._second_look import SECOND_LOOK
@@ -25,6 +26,7 @@ from autotune.tuner._telling import pruning_hook
 from autotune.tuner._warm_start import WARM_START_ATTR, WarmStart, warm_start_line
 
 __all__ = [
+    "EXHAUSTED_ATTR",
     "FINGERPRINT_ATTR",
     "FINISHED",
     "GRACE_PERIOD_S",
@@ -38,6 +40,7 @@ __all__ = [
     "WARM_START_ATTR",
     "BrokenWorkload",
     "BrokenWorkloadError",
+    "Drift",
     "Interrupted",
     "Landscape",
     "Measured",

@@ -19,10 +19,11 @@ from typing import Any
 from autotune.errors import LaunchError
 from autotune.search_space import TrialConfig
 from autotune.trial_runner import Launcher, Outcome, RunHandle, TrialPlan, TrialResult, Window, WindowJudge
+from autotune.tuner._replay_drift import Drift, Machine, drifting_windows
 
 __all__ = [
-    "Landscape", "Measured", "NoLaunch", "RecordedRunner", "ReplayEntrant", "ReplayRunner", "recorded_runner",
-    "replay_runner",
+    "Drift", "Landscape", "Measured", "NoLaunch", "RecordedRunner", "ReplayEntrant", "ReplayRunner",
+    "recorded_runner", "replay_runner",
 ]
 
 
@@ -63,8 +64,10 @@ class ReplayEntrant:
     the landscape (``landscape(config, times measured before)``), as long as the plan's ``pace_steps`` take at
     that throughput."""
 
-    def __init__(self, landscape: Landscape, plan: TrialPlan, trial_dir: Path, seen: dict[str, int]) -> None:
+    def __init__(self, landscape: Landscape, plan: TrialPlan, trial_dir: Path, seen: dict[str, int],
+                 machine: Machine | None = None) -> None:
         self.landscape, self.plan, self.trial_dir, self.seen = landscape, plan, trial_dir, seen
+        self.machine = machine  # a drifting machine: each block one reading of it, on its clock
         self.windows: list[Window] = []
         self.wall_s = 0.0
 
@@ -72,6 +75,8 @@ class ReplayEntrant:
         self.trial_dir.mkdir(parents=True, exist_ok=True)
         self.plan.write(self.trial_dir)
         self.wall_s = 2.0
+        if self.machine is not None:
+            self.machine.now += self.wall_s
 
     def block(self, timeout_s: float) -> Window:
         config, steps = self.plan.config, self.plan.pace_steps or 1
@@ -80,8 +85,11 @@ class ReplayEntrant:
         self.seen[key] = self.seen.get(key, 0) + 1
         if m.outcome is not Outcome.COMPLETE:
             raise RuntimeError(f"replayed {m.outcome.value}")
-        speed = m.throughput_samples_s
-        self.wall_s += steps * config.global_batch / speed if speed > 0 else 1.0
+        speed = m.throughput_samples_s if self.machine is None else self.machine.reading(m.throughput_samples_s)
+        took = steps * config.global_batch / speed if speed > 0 else 1.0
+        self.wall_s += took
+        if self.machine is not None:
+            self.machine.now += took
         step = self.plan.limits.warmup_steps + steps * (len(self.windows) + 1)
         window = Window(step=step, samples=step * config.global_batch, elapsed_s=self.wall_s,
                         window_throughput_samples_s=speed, throughput_samples_s=speed, loss=m.loss,
@@ -130,14 +138,24 @@ class ReplayRunner(_Replayer):
     warm-up, to ``max_steps``, or to ``trial.samples``); each goes to the window judge as the monitor hands
     it over (pruned; a peak over ``max_memory_mb`` ends the trial as oom). ``paced`` opens a confirmation
     race's entrant, which reads the landscape once per block (:class:`ReplayEntrant`).
+
+    With ``drift`` the machine's speed moves with the replay's clock (:class:`Drift`): each window is a reading
+    of it, taken at the time the window runs, and so are a paced run's blocks; the landscape's ``Measured`` is
+    the configuration's speed on the machine at its nominal speed.
     """
 
-    def __init__(self, landscape: Landscape) -> None:
+    def __init__(self, landscape: Landscape, drift: Drift | None = None) -> None:
         self.landscape = landscape
         self.seen: dict[str, int] = {}  # how many times each configuration was read
+        self.machine = Machine(drift) if drift is not None else None
+
+    @property
+    def now(self) -> float:
+        """The replay's clock (seconds; 0 without ``drift``)."""
+        return self.machine.now if self.machine is not None else 0.0
 
     def paced(self, plan: TrialPlan, trial_dir: Path) -> ReplayEntrant:
-        return ReplayEntrant(self.landscape, plan, trial_dir, self.seen)
+        return ReplayEntrant(self.landscape, plan, trial_dir, self.seen, self.machine)
 
     def replay(self, plan: TrialPlan, trial_dir: Path, judge: WindowJudge,
                on_tick: Callable[[float, list[Window]], None] | None) -> TrialResult:
@@ -147,7 +165,11 @@ class ReplayRunner(_Replayer):
         self.seen[key] = self.seen.get(key, 0) + 1
         max_steps = limits.trial_steps(config.global_batch)
         step_s = config.global_batch / m.throughput_samples_s if m.throughput_samples_s > 0 else 1.0
-        windows, ended = judged(self._windows(plan, m, max_steps, step_s), judge, on_tick)
+        machine = self.machine if m.throughput_samples_s > 0 else None
+        began = machine.now if machine is not None else 0.0
+        planned = (drifting_windows(plan, m, _window_steps(plan, m, max_steps), machine) if machine is not None
+                   else self._windows(plan, m, max_steps, step_s))
+        windows, ended = judged(planned, judge, on_tick)
         outcome, reason = ended or (
             (m.outcome, f"replayed {m.outcome.value} after {len(windows)} windows")
             if m.outcome is not Outcome.COMPLETE
@@ -156,6 +178,13 @@ class ReplayRunner(_Replayer):
         result = TrialResult(outcome=outcome, reason=reason, trial_dir=str(trial_dir))
         result.take_windows(windows)
         result.settled = m.settled
+        if machine is not None:  # the clock moves by what ran: to the window it ended at, then the teardown
+            steps = [limits.warmup_steps] + [w.step for w in windows]
+            result.training_s = sum((w.step - s) * config.global_batch / w.window_throughput_samples_s
+                                    for s, w in zip(steps, windows, strict=False))
+            result.wall_s = (windows[-1].elapsed_s if windows else m.overhead_s / 2) + m.overhead_s / 2
+            machine.now = began + result.wall_s
+            return result
         if windows:
             result.training_s = (windows[-1].step - limits.warmup_steps) * step_s
         result.wall_s = m.overhead_s + (windows[-1].step if windows else limits.warmup_steps) * step_s
@@ -164,12 +193,8 @@ class ReplayRunner(_Replayer):
     @staticmethod
     def _windows(plan: TrialPlan, m: Measured, max_steps: int, step_s: float) -> list[Window]:
         """The windows the trial would report, up to a failure's (``fail_after_windows``)."""
-        config, limits = plan.config, plan.limits
-        steps = list(range(limits.warmup_steps + limits.window(), max_steps + 1, limits.window()))
-        if not steps or steps[-1] != max_steps:
-            steps.append(max_steps)
-        if m.outcome is not Outcome.COMPLETE:
-            steps = steps[: m.fail_after_windows]
+        config = plan.config
+        steps = _window_steps(plan, m, max_steps)
         return [
             Window(
                 step=step,
@@ -185,10 +210,19 @@ class ReplayRunner(_Replayer):
         ]
 
 
-def replay_runner(landscape: Landscape) -> ReplayRunner:
-    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``
-    (:class:`ReplayRunner`)."""
-    return ReplayRunner(landscape)
+def _window_steps(plan: TrialPlan, m: Measured, max_steps: int) -> list[int]:
+    """The steps a replayed trial reports a window at, up to a failure's (``fail_after_windows``)."""
+    limits = plan.limits
+    steps = list(range(limits.warmup_steps + limits.window(), max_steps + 1, limits.window()))
+    if not steps or steps[-1] != max_steps:
+        steps.append(max_steps)
+    return steps[: m.fail_after_windows] if m.outcome is not Outcome.COMPLETE else steps
+
+
+def replay_runner(landscape: Landscape, drift: Drift | None = None) -> ReplayRunner:
+    """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``, on a machine
+    that drifts when ``drift`` says how (:class:`ReplayRunner`)."""
+    return ReplayRunner(landscape, drift)
 
 
 def judged(
