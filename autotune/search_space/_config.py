@@ -44,6 +44,12 @@ _MESH_DIVIDES = (
 )
 
 
+def uses_ddp(values: Mapping[str, Any]) -> bool:
+    """Whether a configuration's model is wrapped in DDP: sharding ddp on a mesh of data parallelism only (a
+    tensor- or pipeline-parallel model is not, and DDP's own knobs mean nothing there, as under FSDP)."""
+    return bool(values["sharding"] == "ddp" and values["tensor_parallel"] == 1 and values["pipeline_parallel"] == 1)
+
+
 def _knob_field(knob: KnobDef) -> tuple[Any, Any]:
     """A knob's TrialConfig field, from the table: its type (None too where it can be unset), bounds, default."""
     kind: Any = Literal[knob.values] if knob.values is not None else knob.type
@@ -133,9 +139,9 @@ class TrialConfig(_KnobFields):
             values["prefetch_factor"] = None
         elif values["prefetch_factor"] is None:
             values["prefetch_factor"] = KNOBS["prefetch_factor"].default
-        for name in DDP_ONLY:  # DDP's own knobs mean nothing under FSDP
+        for name in DDP_ONLY:  # DDP's own knobs mean nothing under FSDP, nor on a tensor or pipeline mesh
             knob = KNOBS[name]
-            if values["sharding"] != "ddp":
+            if not uses_ddp(values):
                 values[name] = None
             elif values[name] is None:
                 values[name] = knob.default
@@ -178,8 +184,9 @@ class TrialConfig(_KnobFields):
             raise ValueError("prefetch_factor is set exactly when num_workers > 0")
         if self.device == "cpu" and (self.amp == "fp16" or self.pin_memory):
             raise ValueError("fp16 and pin_memory need device cuda")
-        if (self.sharding == "ddp") != all(getattr(self, name) is not None for name in DDP_ONLY):
-            raise ValueError(f"{', '.join(DDP_ONLY[:-1])} and {DDP_ONLY[-1]} are set exactly when sharding is ddp")
+        if uses_ddp(self.knobs()) != all(getattr(self, name) is not None for name in DDP_ONLY):
+            raise ValueError(f"{', '.join(DDP_ONLY[:-1])} and {DDP_ONLY[-1]} are set exactly when sharding is ddp "
+                             "and tensor_parallel and pipeline_parallel are 1")
         if (self.pipeline_parallel > 1) != all(getattr(self, name) is not None for name in PIPELINE_ONLY):
             raise ValueError(f"{' and '.join(PIPELINE_ONLY)} are set exactly when pipeline_parallel > 1")
         for name, knob in KNOBS.items():  # a number or a word: the word is the field's type, the bound is here

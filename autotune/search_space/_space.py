@@ -6,10 +6,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import UsageError
 from autotune.knobs import DDP_ONLY, KNOBS, PIPELINE_ONLY
-from autotune.search_space._config import TrialConfig
+from autotune.search_space._config import TrialConfig, uses_ddp
+from autotune.search_space._device import CUDA_ONLY, drop_value, thread_count_notes
 from autotune.search_space._hyper import HyperparameterSpace
+from autotune.search_space._mesh import (
+    MESH_PARAM,
+    Layout,
+    choose_layout,
+    feasible_layouts,
+    layout_of,
+    mesh_in_play,
+    mesh_problem,
+)
+from autotune.search_space._sets import ENV_PARAM_PREFIX, parse_sets
 from autotune.search_space._split import SPLIT_KNOBS, SPLIT_PARAM, BatchSplit, admits, choose_split, feasible_splits
 from autotune.spec import (
     BASE_LR,
@@ -19,20 +29,17 @@ from autotune.spec import (
     KnobSpec,
     SearchSpaceSpec,
     only_value,
-    parse_knob,
-    read_yaml,
     single_value,
-    unknown_knob_message,
 )
 
 if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
 
-_CUDA_ONLY = {"amp": "fp16", "pin_memory": True}
+    from autotune.workload_check import MeshFacts
+
 # Suggestion order: a conditional knob after the knob it depends on (prefetch after workers, DDP's after sharding).
 _ORDER = tuple(n for n in KNOBS if n not in DDP_ONLY) + DDP_ONLY
-ENV_PARAM_PREFIX = "env."
 
 
 @dataclass
@@ -56,15 +63,21 @@ class SearchSpace:
     hyper: HyperparameterSpace = field(default_factory=HyperparameterSpace)  # the hyperparameters: section
     global_batch: tuple[int, ...] = ()
     splits: tuple[BatchSplit, ...] = ()
+    facts: MeshFacts | None = None  # what the model allows of a mesh (None: not read)
+    layouts: tuple[Layout, ...] = ()  # the feasible meshes, where a tensor or pipeline degree above 1 can occur
+    dropped: dict[str, str] = field(default_factory=dict)  # meshes of the space that cannot run, and why
 
     @classmethod
     def build(
         cls, spec: SearchSpaceSpec, *, base_lr: float, base_batch_size: int, device: str = "cpu",
         env: Mapping[str, KnobSpec] | None = None,
         hyper: HyperparameterSpace | None = None, global_batch: tuple[int, ...] = (),
+        facts: MeshFacts | None = None,
     ) -> SearchSpace:
         """The space of a study's knobs; with a held ``global_batch``, its feasible splits (NoFeasibleSplit, a
-        ValueError, when a held value has none) and lr_scaling fixed to none."""
+        ValueError, when a held value has none) and lr_scaling fixed to none; where a tensor or pipeline degree
+        above 1 can occur, its feasible meshes on the model ``facts`` describe (NoFeasibleMesh, a ValueError,
+        when none is)."""
         notes: list[str] = []
         knobs: dict[str, KnobSpec] = {}
         for name, knob in KNOBS.items():
@@ -72,12 +85,19 @@ class SearchSpace:
             if value is None:
                 default = base_batch_size if name == "batch_size" else knob.default
                 value = Fixed(value=default)
-            if device != "cuda" and name in _CUDA_ONLY:
-                value = _drop_value(name, value, _CUDA_ONLY[name], notes)
+            if device != "cuda" and name in CUDA_ONLY:
+                value = drop_value(name, value, CUDA_ONLY[name], notes)
             knobs[name] = value
         if device != "cuda":
-            notes += _thread_count_notes(knobs)
-        splits = feasible_splits(global_batch, knobs) if global_batch else ()
+            notes += thread_count_notes(knobs)
+        layouts: tuple[Layout, ...] = ()
+        dropped: dict[str, str] = {}
+        if mesh_in_play(knobs):
+            layouts, dropped = feasible_layouts(knobs, facts, global_batch)
+            splits = tuple(dict.fromkeys(BatchSplit(lay.batch_size or 0, lay.grad_accum or 0, lay.world_size)
+                                         for lay in layouts)) if global_batch else ()
+        else:
+            splits = feasible_splits(global_batch, knobs) if global_batch else ()
         if global_batch:
             if spec.lr_scaling is not None and spec.lr_scaling != Fixed(value="none"):
                 notes.append("lr_scaling: not applied: the global batch is held (constraints.global_batch), so the "
@@ -85,18 +105,29 @@ class SearchSpace:
             knobs["lr_scaling"] = Fixed(value="none")
         return cls(knobs=knobs, base_lr=base_lr, base_batch_size=base_batch_size, device=device, notes=notes,
                    env=dict(env or {}), hyper=hyper or HyperparameterSpace(), global_batch=tuple(global_batch),
-                   splits=splits)
+                   splits=splits, facts=facts, layouts=layouts, dropped=dropped)
 
     # -- which knobs are searched ---------------------------------------------------------------------
     def searched(self) -> list[str]:
         """Knobs with more than one possible value, each its own Optuna param (under a held global batch
         batch_size, grad_accum and world_size are not: their split is, :meth:`split_searched`)."""
-        held = SPLIT_KNOBS if self.global_batch else ()
+        held = self.joined()
         return [n for n, s in self.knobs.items() if not single_value(s) and n not in held]
 
+    def joined(self) -> tuple[str, ...]:
+        """The knobs searched together as one param (``mesh``, or ``batch_split``), not each as its own."""
+        if self.layouts:
+            return (*self.layouts[0].knobs(), *(SPLIT_KNOBS if self.global_batch else ()))
+        return SPLIT_KNOBS if self.global_batch else ()
+
     def split_searched(self) -> bool:
-        """Whether the split of a held global batch is searched (``batch_split``: more than one feasible split)."""
-        return len(self.splits) > 1
+        """Whether the split of a held global batch is searched as ``batch_split`` (more than one feasible split,
+        and no mesh: the mesh's param carries the split)."""
+        return len(self.splits) > 1 and not self.layouts
+
+    def mesh_searched(self) -> bool:
+        """Whether the mesh is searched (``mesh``: more than one feasible layout)."""
+        return len(self.layouts) > 1
 
     def searched_env(self) -> list[str]:
         """Variables of the ``env:`` section with more than one value (Optuna params ``env.NAME``)."""
@@ -117,6 +148,8 @@ class SearchSpace:
                 out[name] = CategoricalDistribution(list(spec.choices))
         if self.split_searched():
             out[SPLIT_PARAM] = CategoricalDistribution([s.label for s in self.splits])
+        if self.mesh_searched():
+            out[MESH_PARAM] = CategoricalDistribution([lay.label for lay in self.layouts])
         for name in self.searched_env():
             env_spec = self.env[name]
             assert isinstance(env_spec, Choices)
@@ -133,7 +166,11 @@ class SearchSpace:
         above it: DDP's no_sync() fails under a static graph). Searched ``env:`` variables are ``env.NAME``.
         """
         values: dict[str, Any] = {}
-        if self.global_batch:  # the split first: static_graph depends on grad_accum
+        if self.layouts:  # the mesh first (with the split, under a held global batch): DDP's knobs depend on it
+            labels = [lay.label for lay in self.layouts]
+            label = trial.suggest_categorical(MESH_PARAM, labels) if len(labels) > 1 else labels[0]
+            values.update(Layout.parse(str(label)).knobs())
+        elif self.global_batch:  # the split first: static_graph depends on grad_accum
             labels = [s.label for s in self.splits]
             label = trial.suggest_categorical(SPLIT_PARAM, labels) if len(labels) > 1 else labels[0]
             values.update(BatchSplit.parse(str(label))._asdict())
@@ -144,7 +181,7 @@ class SearchSpace:
             if name == "prefetch_factor" and values["num_workers"] == 0:
                 values[name] = None
                 continue
-            if name in DDP_ONLY and values["sharding"] != "ddp":
+            if name in DDP_ONLY and not uses_ddp(values):
                 values[name] = None
                 continue
             if name in PIPELINE_ONLY and values["pipeline_parallel"] == 1:
@@ -152,6 +189,9 @@ class SearchSpace:
                 continue
             if name == "static_graph" and values["grad_accum"] > 1:  # STATIC_GRAPH_WITH_ACCUMULATION
                 values[name] = False
+                continue
+            if name == "compile" and _on_mesh(values):  # a tensor or pipeline mesh runs uncompiled
+                values[name] = "off"
                 continue
             if single_value(spec):
                 values[name] = only_value(spec)
@@ -188,8 +228,16 @@ class SearchSpace:
             else:
                 default = self.base_batch_size if name == "batch_size" else KNOBS[name].default
                 full[name] = default
-        if self.global_batch:  # the knobs not given complete a feasible split (the first that agrees); one lr
-            full.update(choose_split(self.splits, values)._asdict(), lr_scaling="none")
+        if self.layouts and self.global_batch:
+            # the knobs not given complete a feasible layout (the first that agrees with those given)
+            full.update(choose_layout(self.layouts, values).knobs())
+        elif self.global_batch:  # the knobs not given complete a feasible split (the first that agrees); one lr
+            full.update(choose_split(self.splits, values)._asdict())
+        if self.global_batch:
+            full["lr_scaling"] = "none"
+        problem = mesh_problem(full, self.facts)
+        if problem is not None:
+            raise ValueError(problem)
         return TrialConfig.create(
             base_lr=hyperparameters.get(BASE_LR, self.base_lr), base_batch_size=self.base_batch_size,
             device=self.device, hyperparameters=hyperparameters, **full  # type: ignore[arg-type]
@@ -204,7 +252,7 @@ class SearchSpace:
         bucket 25 MB, base batch, one rank — whatever the search space says — then ``overrides``."""
         values: dict[str, Any] = {
             name: (self.base_batch_size if name == "batch_size" else knob.default)
-            for name, knob in KNOBS.items() if not (self.global_batch and name in SPLIT_KNOBS)
+            for name, knob in KNOBS.items() if not (self.global_batch and name in self.joined())
         }
         values.update(overrides or {})
         return self.config(values)
@@ -218,9 +266,14 @@ class SearchSpace:
                 continue
             if name == "static_graph" and config.grad_accum > 1:  # not suggested there (see suggest)
                 continue
+            if name == "compile" and _on_mesh(config.knobs()):
+                continue
             params[name] = value
         if self.split_searched():
             params[SPLIT_PARAM] = BatchSplit(config.batch_size, config.grad_accum, config.world_size).label
+        layout = layout_of(config, self.layouts) if self.mesh_searched() else None
+        if layout is not None:
+            params[MESH_PARAM] = layout.label
         for name in self.searched_env():
             if name in config.env:
                 params[ENV_PARAM_PREFIX + name] = config.env[name]
@@ -230,7 +283,10 @@ class SearchSpace:
     def contains(self, config: TrialConfig) -> bool:
         """Whether every knob of ``config`` lies in this space (and prefetch follows num_workers, static_graph is
         false above grad_accum 1)."""
-        if self.global_batch and BatchSplit(config.batch_size, config.grad_accum, config.world_size) not in self.splits:
+        if self.layouts:
+            if layout_of(config, self.layouts) is None:
+                return False
+        elif self.global_batch and BatchSplit.of(config.knobs()) not in self.splits:
             return False
         for name, spec in self.knobs.items():
             value = getattr(config, name)
@@ -238,7 +294,7 @@ class SearchSpace:
                 if value is not None:
                     return False
                 continue
-            if name in DDP_ONLY and config.sharding != "ddp":
+            if name in DDP_ONLY and not uses_ddp(config.knobs()):
                 if value is not None:
                     return False
                 continue
@@ -250,6 +306,10 @@ class SearchSpace:
                 if value:
                     return False
                 continue
+            if name == "compile" and _on_mesh(config.knobs()):  # off there, whatever the space says
+                if value != "off":
+                    return False
+                continue
             if not admits(spec, value):
                 return False
         for name, env_spec in self.env.items():
@@ -259,68 +319,10 @@ class SearchSpace:
 
     def parse_sets(self, sets: list[str]) -> dict[str, Any]:
         """Parse ``knob=value`` strings (``--set batch_size=64``) into checked knob values."""
-        values: dict[str, Any] = {}
-        for item in sets:
-            key, sep, raw = item.partition("=")
-            key = key.strip()
-            if not sep:
-                raise UsageError(f"--set {item!r}: expected knob=value, e.g. --set batch_size=64")
-            if key.startswith(ENV_PARAM_PREFIX):
-                var = key.removeprefix(ENV_PARAM_PREFIX)
-                if var not in self.env:
-                    listed = ", ".join(ENV_PARAM_PREFIX + n for n in self.env) or "none"
-                    raise UsageError(f"--set {key}: {var} is not in the study's env: section (listed: {listed})")
-                values.setdefault("env", self.fixed_env())[var] = raw
-                continue
-            if key not in KNOBS:
-                raise UsageError(f"--set {key}: {unknown_knob_message(key)}")
-            try:
-                parsed = parse_knob(KNOBS[key], read_yaml(raw, f"--set {key}"))
-            except ValueError as e:
-                raise UsageError(f"--set {key}: {e}") from None
-            if not isinstance(parsed, Fixed):
-                example = self.base_batch_size if key == "batch_size" else KNOBS[key].default
-                raise UsageError(f"--set {key}: give one value, e.g. --set {key}={example}")
-            if self.device != "cuda" and key in _CUDA_ONLY and parsed.value == _CUDA_ONLY[key]:
-                raise UsageError(f"--set {key}: {parsed.value} needs CUDA; this study runs on {self.device}")
-            values[key] = parsed.value
-        return values
+        return parse_sets(sets, env=self.env, fixed_env=self.fixed_env(), base_batch_size=self.base_batch_size,
+                          device=self.device)
 
 
-def _thread_count_notes(knobs: Mapping[str, KnobSpec]) -> list[str]:
-    """A CPU study that searches threads_per_rank with a number above 1 beside a searched world_size or
-    num_workers: a number is the same at every rank and worker count, so the search meets configurations
-    with more busy threads than cores (2 threads x 2 ranks on 2 cores), and learns from them that more ranks
-    or workers are slow (in benchmarks/calibration_gain.py every grid's best ran ``auto``, and studies that
-    searched 1-2 lost). The words are resolved against the rank's share of the cores and never do."""
-    threads = knobs["threads_per_rank"]
-    if single_value(threads) or not any(isinstance(v, int) and v > 1 for v in _values(threads)):
-        return []
-    beside = [n for n in ("world_size", "num_workers") if not single_value(knobs[n])]
-    if not beside:
-        return []
-    return [f"threads_per_rank: searched with numbers beside a searched {' and '.join(beside)}; a number is the "
-            "same at every rank and worker count, so some configurations run more busy threads than cores; "
-            "search the words resolved against each rank's share of the cores instead "
-            "({choices: [auto, share, half]})"]
-
-
-def _values(spec: KnobSpec) -> tuple[Any, ...]:
-    if isinstance(spec, IntRange):
-        return (spec.low, spec.high)
-    if isinstance(spec, Choices):
-        return tuple(spec.choices)
-    return ()
-
-
-def _drop_value(name: str, spec: KnobSpec, bad: Any, notes: list[str]) -> KnobSpec:
-    """Remove a CUDA-only value from a knob on a non-CUDA device, noting it."""
-    default = KNOBS[name].default
-    if isinstance(spec, Fixed) and spec.value == bad:
-        notes.append(f"{name}: {bad} needs CUDA; using {default} on this device")
-        return Fixed(value=default)
-    if isinstance(spec, Choices) and bad in spec.choices:
-        kept = tuple(c for c in spec.choices if c != bad)
-        notes.append(f"{name}: {bad} needs CUDA; dropped from the choices on this device")
-        return Choices(choices=kept) if kept else Fixed(value=default)
-    return spec
+def _on_mesh(values: Mapping[str, Any]) -> bool:
+    """Whether a configuration runs a tensor- or pipeline-parallel mesh (compile is off there)."""
+    return bool(values.get("tensor_parallel", 1) > 1 or values.get("pipeline_parallel", 1) > 1)

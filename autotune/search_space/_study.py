@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.errors import StudyFileError
+from autotune.errors import StudyFileError, WorkloadError
 from autotune.search_space._hyper import HyperparameterSpace
+from autotune.search_space._mesh import NoFeasibleMesh, mesh_in_play
 from autotune.search_space._space import SearchSpace
 from autotune.search_space._split import NoFeasibleSplit
 from autotune.spec import Choices, Fixed, KnobSpec, StudySpec, held_global_batches
-from autotune.workload import keyword_defaults, study_workload, workload_function
+from autotune.workload import Workload, keyword_defaults, study_workload, workload_function
+from autotune.workload_check import MeshFacts, build_for_facts, mesh_facts
 
 
 def study_space(spec: StudySpec) -> SearchSpace:
@@ -21,18 +23,36 @@ def study_space(spec: StudySpec) -> SearchSpace:
         space = SearchSpace.build(
             spec.search_space, base_lr=workload.base_lr, base_batch_size=workload.base_batch_size,
             device=spec.resolved_device(), env=spec.env, hyper=hyperparameter_space(spec),
-            global_batch=held_global_batches(spec.constraints.global_batch),
+            global_batch=held_global_batches(spec.constraints.global_batch), facts=study_mesh_facts(spec, workload),
         )
     except NoFeasibleSplit as e:
         raise StudyFileError(f"{spec.source}: constraints.global_batch: {e}") from None
+    except NoFeasibleMesh as e:
+        raise StudyFileError(f"{spec.source}: search_space: {e}") from None
     if any(o.metric == "goodput" for o in spec.objectives) and not measures_noise_scale(space):
         raise StudyFileError(f"{spec.source}: objectives: {GOODPUT_UNMEASURABLE}")
-    if space.global_batch:  # the baseline's split: the first feasible one agreeing with the baseline: section
-        try:
-            space.default_config(spec.baseline)
-        except ValueError as e:
-            raise StudyFileError(f"{spec.source}: baseline: {e}") from None
+    try:  # the baseline runs a feasible mesh (and split: the first feasible one agreeing with the baseline:)
+        space.default_config(spec.baseline)
+    except ValueError as e:
+        raise StudyFileError(f"{spec.source}: baseline: {e}") from None
     return space
+
+
+def study_mesh_facts(spec: StudySpec, workload: Workload) -> MeshFacts | None:
+    """What the study's model allows of a mesh, where a tensor or pipeline degree above 1 can occur (None
+    otherwise): the model is built once on the meta device where a tensor degree above 1 can occur (its heads and
+    split dimensions); a model that does not build there leaves them unknown (validate's build check says why)."""
+    knobs = {name: spec.search_space.knobs().get(name) or Fixed(value=1) for name in ("tensor_parallel",
+                                                                                      "pipeline_parallel")}
+    baseline = [spec.baseline.get(name, 1) for name in knobs]
+    if not mesh_in_play(knobs) and max(baseline) == 1:
+        return None
+    tensor = mesh_in_play({"tensor_parallel": knobs["tensor_parallel"], "pipeline_parallel": Fixed(value=1)})
+    model = build_for_facts(workload, f"{spec.source}: workload") if tensor or baseline[0] > 1 else None
+    try:
+        return mesh_facts(workload, model)
+    except WorkloadError as e:
+        raise WorkloadError(f"{spec.source}: workload.entrypoint: {e}") from None
 
 
 GOODPUT_UNMEASURABLE = (

@@ -12,10 +12,14 @@ from autotune.workload_check._build import (
     describe_bad_loss,
 )
 from autotune.workload_check._fits import check_workload_fits, load_spec
+from autotune.workload_check._mesh import HF_PLAN, MeshFacts, build_for_facts, mesh_facts
 from autotune.workload_check._warnings import knobs_not_decided, native_bf16, study_warnings
 
 __all__ = [
+    "HF_PLAN",
     "CheckReport",
+    "MeshFacts",
+    "build_for_facts",
     "call_factory",
     "captured_output",
     "check_workload",
@@ -25,6 +29,7 @@ __all__ = [
     "describe_bad_loss",
     "knobs_not_decided",
     "load_spec",
+    "mesh_facts",
     "native_bf16",
     "study_warnings",
 ]

@@ -14,12 +14,21 @@ from typing import Any
 
 import optuna
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from autotune.errors import UsageError
-from autotune.search_space import KNOBS, SearchSpace, TrialConfig, scaled_lr, study_space
+from autotune.search_space import (
+    KNOBS,
+    MESH_PARAM,
+    NoFeasibleMesh,
+    SearchSpace,
+    TrialConfig,
+    mesh_problem,
+    scaled_lr,
+    study_space,
+)
 from autotune.spec import Choices, Fixed, SearchSpaceSpec, parse_spec
 
 
@@ -32,8 +41,15 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------- strategies
+_MESH_BOUND = {"world_size": 8, "tensor_parallel": 4, "pipeline_parallel": 4, "pipeline_microbatches": 8}
+"""The mesh's knobs are drawn small: a mesh of hundreds of ranks is no different, and more feasible layouts
+than the search takes as one param (MAX_LAYOUTS) is a refusal, tested apart."""
+
+
 def _values(name: str) -> st.SearchStrategy[Any]:
     knob = KNOBS[name]
+    if name in _MESH_BOUND:
+        return st.integers(1, _MESH_BOUND[name])
     if knob.type is bool:
         return st.booleans()
     if knob.values is not None:
@@ -53,8 +69,9 @@ def knob_entry(draw: st.DrawFn, name: str) -> Any:
     if kind == "choices":
         return {"choices": draw(st.lists(_values(name), min_size=1, max_size=4, unique=True))}
     assert knob.minimum is not None
-    low = draw(st.integers(knob.minimum, knob.minimum + 64))
-    entry: dict[str, Any] = {"low": low, "high": draw(st.integers(low, low + 300))}
+    top = _MESH_BOUND.get(name)
+    low = draw(st.integers(knob.minimum, top or knob.minimum + 64))
+    entry: dict[str, Any] = {"low": low, "high": draw(st.integers(low, top or low + 300))}
     if low >= 1 and draw(st.booleans()):
         entry["log"] = True
     elif draw(st.booleans()):
@@ -71,10 +88,18 @@ def search_space_section(draw: st.DrawFn) -> dict[str, Any]:
     return {name: draw(knob_entry(name)) for name in names}
 
 
+def _space_or_none(section: dict[str, Any], device: str, base_lr: float, base_batch: int) -> SearchSpace | None:
+    """The space, or None when it has no feasible mesh (or too many to search as one param): refused there."""
+    try:
+        return SearchSpace.build(
+            SearchSpaceSpec.model_validate(section), base_lr=base_lr, base_batch_size=base_batch, device=device
+        )
+    except NoFeasibleMesh:
+        return None
+
+
 spaces = st.builds(
-    lambda section, device, base_lr, base_batch: SearchSpace.build(
-        SearchSpaceSpec.model_validate(section), base_lr=base_lr, base_batch_size=base_batch, device=device
-    ),
+    _space_or_none,
     search_space_section(),
     st.sampled_from(["cpu", "cuda"]),
     st.floats(1e-6, 1.0),
@@ -91,7 +116,9 @@ def expected_lr(config: TrialConfig) -> float:
 def check_config(space: SearchSpace, config: TrialConfig) -> None:
     assert space.contains(config), config
     assert (config.prefetch_factor is None) == (config.num_workers == 0)
-    assert config.global_batch == config.batch_size * config.grad_accum * config.world_size
+    assert config.global_batch == config.batch_size * config.grad_accum * config.data_parallel
+    assert config.world_size == config.data_parallel * config.tensor_parallel * config.pipeline_parallel
+    assert mesh_problem(config.knobs(), None) is None  # a feasible mesh: degrees, stages, micro-batches
     assert math.isclose(config.lr, expected_lr(config), rel_tol=1e-12)
     assert config.base_lr == space.base_lr and config.base_batch_size == space.base_batch_size
     assert config.device == space.device
@@ -103,17 +130,25 @@ def check_config(space: SearchSpace, config: TrialConfig) -> None:
 # --------------------------------------------------------------------------------------- properties
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(space=spaces, seed=st.integers(0, 2**31 - 1))
-def test_every_suggested_config_obeys_the_space(space: SearchSpace, seed: int) -> None:
+def test_every_suggested_config_obeys_the_space(space: SearchSpace | None, seed: int) -> None:
+    assume(space is not None)
+    assert space is not None
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     distributions = space.distributions()
     for _ in range(4):
         trial = study.ask()
         config = space.suggest(trial)
         check_config(space, config)
-        # Optuna saw exactly the searched knobs (prefetch_factor only with workers), with these values.
-        assert set(trial.params) <= set(distributions) == set(space.searched())
+        # Optuna saw exactly the searched knobs (prefetch_factor only with workers), with these values; the
+        # mesh's knobs, where a degree above 1 can occur, as one param of the feasible layouts.
+        mesh = {MESH_PARAM} if space.mesh_searched() else set()
+        assert set(trial.params) <= set(distributions) == set(space.searched()) | mesh
         assert trial.params == space.params_of(config)
         for name, value in trial.params.items():
+            if name == MESH_PARAM:
+                assert space.layouts[[lay.label for lay in space.layouts].index(value)].knobs().items() <= \
+                    config.knobs().items()
+                continue
             assert getattr(config, name) == value
         if config.num_workers == 0:
             assert "prefetch_factor" not in trial.params
@@ -122,8 +157,10 @@ def test_every_suggested_config_obeys_the_space(space: SearchSpace, seed: int) -
 
 @settings(max_examples=60, deadline=None)
 @given(space=spaces, seed=st.integers(0, 2**31 - 1))
-def test_enqueued_params_give_back_the_same_config(space: SearchSpace, seed: int) -> None:
+def test_enqueued_params_give_back_the_same_config(space: SearchSpace | None, seed: int) -> None:
     """params_of is what a baseline or a confirmation run enqueues; suggest must rebuild the config."""
+    assume(space is not None)
+    assert space is not None
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     config = space.suggest(study.ask())
     study.enqueue_trial(space.params_of(config))
@@ -135,7 +172,10 @@ def test_enqueued_params_give_back_the_same_config(space: SearchSpace, seed: int
 def test_cuda_only_values_never_on_cpu(section: dict[str, Any]) -> None:
     """On cpu (device auto without a GPU) fp16 and pinned memory are dropped, each with a note."""
     spec = SearchSpaceSpec.model_validate(section)
-    space = SearchSpace.build(spec, base_lr=1e-3, base_batch_size=64, device="cpu")
+    built = _space_or_none(section, "cpu", 1e-3, 64)
+    assume(built is not None)
+    space = built
+    assert space is not None
     for name, bad in (("amp", "fp16"), ("pin_memory", True)):
         values = spec.values_of(name)
         kept = space.knobs[name]
@@ -221,7 +261,7 @@ def _good(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"global_batch": 64}, "global_batch must equal batch_size * grad_accum * world_size"),
+        ({"global_batch": 64}, "global_batch must equal batch_size * grad_accum * data_parallel"),
         ({"world_size": 4}, "global_batch must equal"),
         ({"lr": 1e-3}, "does not follow lr_scaling linear"),
         ({"lr_scaling": "sqrt"}, "does not follow lr_scaling sqrt"),
@@ -307,7 +347,8 @@ def test_default_config_is_the_workload_default() -> None:
         "batch_size": 48, "grad_accum": 1, "lr_scaling": "sqrt", "num_workers": 0, "prefetch_factor": None,
         "pin_memory": False, "amp": "off", "activation_checkpointing": False, "bucket_cap_mb": 25,
         "world_size": 1, "threads_per_rank": "auto", "compile": "off", "sharding": "ddp",
-        "gradient_as_bucket_view": False, "static_graph": False,
+        "gradient_as_bucket_view": False, "static_graph": False, "tensor_parallel": 1, "pipeline_parallel": 1,
+        "pipeline_schedule": None, "pipeline_microbatches": None,  # no pipeline: its knobs unset
     }
     # a knob added to the knob table later: its default from the table
     assert config.knobs() == {**{name: knob.default for name, knob in KNOBS.items()}, **expected}
