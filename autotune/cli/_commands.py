@@ -232,7 +232,8 @@ def _storage_override(storage: str | None, sets: tuple[str, ...]) -> list[str]:
 
 @main.command()
 @click.argument("study_file", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="yaml to read, json for scripts.")
 @click.option("--storage", help="Storage URL (overrides the study file).")
 @handle_errors
 def best(study_file: str, fmt: str, storage: str | None) -> None:
