@@ -57,6 +57,62 @@ def build_bad_lr():
     return _workload(base_lr=0)
 """
 
+# A tiny model with attention heads, a tensor-parallel plan and a pipeline split: what a mesh is checked against.
+MESH_PY = """\
+import torch
+
+import autotune
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.num_heads = heads
+        self.q = torch.nn.Linear(dim, dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.proj(self.q(x))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(Attention(dim, heads), Attention(dim, heads))
+        self.head = torch.nn.Linear(dim, 2)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+def _workload(dim, heads, **kw):
+    return autotune.Workload(
+        model=lambda: Net(dim, heads),
+        dataset=lambda: [(torch.ones(dim), torch.tensor(0)) for _ in range(4)],
+        loss=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),
+        **kw,
+    )
+
+
+def build(dim=12, heads=6):
+    return _workload(dim, heads, tp_plan={"blocks.*.q": "colwise", "blocks.*.proj": "rowwise"},
+                     pipeline_split=("blocks.1",), pipeline_loss=torch.nn.functional.cross_entropy)
+
+
+def build_plain():
+    return _workload(12, 6)
+
+
+def build_bad_plan():
+    return _workload(12, 6, tp_plan={"layers.*.q": "colwise"})
+
+
+def build_bad_split():
+    return _workload(12, 6, tp_plan={"blocks.*.q": "colwise"}, pipeline_split=("blocks.7",),
+                     pipeline_loss=torch.nn.functional.cross_entropy)
+"""
+
+
 BROKEN_PY = "import no_such_dependency_for_autotune_tests\n\ndef build():\n    pass\n"
 
 HEAD = "name: probe\nworkload: {entrypoint: 'wl.py:build'}\n"
@@ -286,6 +342,53 @@ CASES = [
          baseline: {world_size: 2}
          """, "baseline:", "world_size 2 is no split of the held global batch 64", "64x1x1, 32x2x1",
          args=("--no-build",)),
+    # -- the parallel mesh: refused before launch when it cannot run on the model
+    *[case(f"mesh_{id}", body, *expect, head=f"name: probe\nworkload: {{entrypoint: {entry}}}\n",
+           files={"mesh.py": MESH_PY})
+      for id, entry, body, *expect in (
+        ("degrees_not_dividing", "'mesh.py:build'", "search_space: {world_size: 3, tensor_parallel: 2}\n",
+         "search_space", "tensor_parallel x pipeline_parallel (2 x 1) does not divide world_size (3)"),
+        ("tp_not_dividing_heads", "'mesh.py:build'", "search_space: {world_size: 4, tensor_parallel: 4}\n",
+         "tensor_parallel 4 does not divide the model's", "num_heads (6)", "e.g. 3"),
+        ("tp_not_dividing_dims", "'mesh.py:build', args: {dim: 6, heads: 4}",
+         "search_space: {world_size: 4, tensor_parallel: 4}\n", "tensor_parallel 4 does not divide the model's",
+         "blocks.0.q.out_features (6)"),
+        ("tp_without_plan", "'mesh.py:build_plain'", "search_space: {world_size: 2, tensor_parallel: 2}\n",
+         "tensor_parallel 2", "add Workload.tp_plan", "Workload.parallelize"),
+        ("pp_without_split", "'mesh.py:build_plain'", "search_space: {world_size: 2, pipeline_parallel: 2}\n",
+         "pipeline_parallel 2", "add Workload.pipeline_split", "Workload.pipeline_loss"),
+        ("too_many_stages", "'mesh.py:build'", "search_space: {world_size: 4, pipeline_parallel: 4}\n",
+         "pipeline_parallel 4 needs 4 stages", "makes at most 2"),
+        ("microbatches_below_stages", "'mesh.py:build'",
+         "search_space: {world_size: 2, pipeline_parallel: 2, pipeline_microbatches: 1}\n",
+         "pipeline_microbatches 1 is below pipeline_parallel 2", "1f1b"),
+        ("interleaved_one_stage_a_rank", "'mesh.py:build'",
+         "search_space: {world_size: 2, pipeline_parallel: 2, pipeline_schedule: interleaved_1f1b}\n",
+         "needs 4 stages (interleaved_1f1b runs two stages a rank)"),
+        ("batch_not_split", "'mesh.py:build'",
+         "search_space: {world_size: 2, pipeline_parallel: 2, pipeline_microbatches: 4, batch_size: 6}\n",
+         "batch_size 6 does not split into 4 micro-batches"),
+        ("ddp_knob_beside_tp", "'mesh.py:build'",
+         "search_space: {world_size: 2, tensor_parallel: 2, bucket_cap_mb: 50}\n",
+         "search_space.bucket_cap_mb", "applies to DDP only", "tensor_parallel 2 runs no DDP"),
+        ("static_graph_beside_pp", "'mesh.py:build'",
+         "search_space: {world_size: 2, pipeline_parallel: 2, static_graph: true}\n",
+         "search_space.static_graph", "applies to DDP only"),
+        ("compile_beside_tp", "'mesh.py:build'",
+         "search_space: {world_size: 2, tensor_parallel: 2, compile: default}\ntrial: {warmup_steps: 1}\n",
+         "search_space.compile", "does not combine with tensor_parallel 2", "compile: off"),
+        ("none_feasible", "'mesh.py:build'",
+         "search_space: {world_size: {choices: [3, 5]}, tensor_parallel: {choices: [2, 4]}}\n",
+         "no mesh of the search space can run", "does not divide world_size"),
+        ("baseline_infeasible", "'mesh.py:build'",
+         "search_space: {world_size: {choices: [1, 2]}, tensor_parallel: {choices: [1, 2]}}\n"
+         "baseline: {world_size: 4, tensor_parallel: 4}\n", "baseline:", "tensor_parallel 4 does not divide"),
+        ("plan_matches_nothing", "'mesh.py:build_bad_plan'", "search_space: {world_size: 2, tensor_parallel: 2}\n",
+         "Workload.tp_plan", "'layers.*.q' matches no module"),
+        ("split_names_no_module", "'mesh.py:build_bad_split'",
+         "search_space: {world_size: 2, pipeline_parallel: 2}\n", "Workload.pipeline_split",
+         "no module 'blocks.7'"),
+    )],
 ]
 # fmt: on
 

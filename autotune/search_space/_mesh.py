@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from autotune.workload_check import MeshFacts
 
 MESH_PARAM = "mesh"  # the Optuna param of the feasible layouts
-MESH_KNOBS = ("world_size", "tensor_parallel", "pipeline_parallel", "pipeline_schedule", "pipeline_microbatches")
+LAYOUT_KNOBS = ("world_size", "tensor_parallel", "pipeline_parallel", "pipeline_schedule", "pipeline_microbatches")
 MAX_LAYOUTS = 20_000  # a space with more feasible layouts is refused: search fewer values
 _INTERLEAVED = "interleaved_1f1b"
 _STAGED = ("1f1b", _INTERLEAVED)  # schedules that need at least as many micro-batches as pipeline ranks
@@ -86,7 +86,7 @@ class Layout(NamedTuple):
 
     def knobs(self) -> dict[str, Any]:
         """The knob values this layout fixes (batch_size and grad_accum only where it carries them)."""
-        values = {name: getattr(self, name) for name in MESH_KNOBS}
+        values = {name: getattr(self, name) for name in LAYOUT_KNOBS}
         for name in ("batch_size", "grad_accum"):
             if getattr(self, name) is not None:
                 values[name] = getattr(self, name)
@@ -245,7 +245,7 @@ def choose_layout(layouts: Sequence[Layout], given: Mapping[str, Any]) -> Layout
     for layout in layouts:
         if all(given[name] == value for name, value in layout.knobs().items() if name in given):
             return layout
-    said = ", ".join(f"{name} {given[name]}" for name in (*MESH_KNOBS, "batch_size", "grad_accum") if name in given)
+    said = ", ".join(f"{name} {given[name]}" for name in (*LAYOUT_KNOBS, "batch_size", "grad_accum") if name in given)
     raise ValueError(f"{said} is no feasible mesh of the search space; give one of: {describe_layouts(layouts)}")
 
 

@@ -40,15 +40,14 @@ def study_space(spec: StudySpec) -> SearchSpace:
 
 def study_mesh_facts(spec: StudySpec, workload: Workload) -> MeshFacts | None:
     """What the study's model allows of a mesh, where a tensor or pipeline degree above 1 can occur (None
-    otherwise): the model is built once on the meta device where a tensor degree above 1 can occur (its heads and
-    split dimensions); a model that does not build there leaves them unknown (validate's build check says why)."""
+    otherwise), read from the model built once on the meta device (its heads, split dimensions, module names); a
+    model that does not build leaves them unknown (validate's build check says why)."""
     knobs = {name: spec.search_space.knobs().get(name) or Fixed(value=1) for name in ("tensor_parallel",
                                                                                       "pipeline_parallel")}
     baseline = [spec.baseline.get(name, 1) for name in knobs]
     if not mesh_in_play(knobs) and max(baseline) == 1:
         return None
-    tensor = mesh_in_play({"tensor_parallel": knobs["tensor_parallel"], "pipeline_parallel": Fixed(value=1)})
-    model = build_for_facts(workload, f"{spec.source}: workload") if tensor or baseline[0] > 1 else None
+    model = build_for_facts(workload)
     try:
         return mesh_facts(workload, model)
     except WorkloadError as e:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
-from autotune.knobs import KNOBS
+from autotune.knobs import DDP_ONLY, KNOBS, MESH_KNOBS
 from autotune.spec._env import EnvField
 from autotune.spec._hyperparameters import (
     BASE_LR,
@@ -166,7 +166,24 @@ class StudySpec(BaseModel):
         self._check_nodes()
         self._check_compile()
         self._check_static_graph()
+        self._check_mesh()
         return self
+
+    def _check_mesh(self) -> None:
+        """A tensor- or pipeline-parallel model is not wrapped in DDP and runs uncompiled: a study that fixes a
+        degree above 1 cannot also fix one of DDP's own knobs, or compile on."""
+        fixed = {n: v[0] for n in MESH_KNOBS if len(v := self.search_space.values_of(n) or (1,)) == 1 and v[0] > 1}
+        if not fixed:
+            return
+        mesh = " and ".join(f"{name} {value}" for name, value in fixed.items())
+        for name in DDP_ONLY:
+            if name in self.search_space.knobs():
+                raise ValueError(f"search_space.{name}: applies to DDP only, and {mesh} runs no DDP (a tensor- or "
+                                 f"pipeline-parallel model is not wrapped in it); remove {name}")
+        modes = self.search_space.values_of("compile") or ("off",)
+        if "off" not in modes:
+            raise ValueError(f"search_space.compile: {modes[0]} does not combine with {mesh}; a tensor- or "
+                             "pipeline-parallel mesh runs uncompiled: set compile: off")
 
     def _check_static_graph(self) -> None:
         """DDP's no_sync() (gradient accumulation) fails inside torch under a static graph (pytorch/pytorch#143580):

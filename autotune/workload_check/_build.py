@@ -25,6 +25,7 @@ from autotune.errors import WorkloadError
 from autotune.spec import StudySpec
 from autotune.tracebacks import user_frame
 from autotune.workload import Workload, is_stream, study_workload
+from autotune.workload_check._mesh import mesh_facts
 
 SAMPLES = 2  # the batch the loss is called on: enough to show that samples stack
 
@@ -65,6 +66,11 @@ def check_workload(spec: StudySpec) -> CheckReport:
     if n_params == 0:
         raise WorkloadError(f"{where}: the model has no trainable parameters; check Workload.model")
     _check_checkpoint_modules(model, workload, where)
+    if workload.tp_plan or workload.pipeline_split:  # the plan's patterns and the split's names are the model's
+        try:
+            mesh_facts(workload, model)
+        except WorkloadError as e:
+            raise WorkloadError(f"{where}: {e}") from None
     dataset = call_factory(workload.dataset, "dataset", where)
     size = dataset_len(dataset, where)
     batch = collate_batch(dataset, size, workload, where)

@@ -74,7 +74,7 @@ def mesh_facts(workload: Workload, model: Any | None = None) -> MeshFacts:
     return MeshFacts(plan, points, _heads(model), _split_dims(model, workload.tp_plan or {}), staged)
 
 
-def build_for_facts(workload: Workload, where: str) -> Any | None:
+def build_for_facts(workload: Workload) -> Any | None:
     """The model built once on the meta device (no memory, no weights), or on the CPU where the meta device
     fails; None when neither builds it (the build check of ``autotune validate`` says why)."""
     import torch
