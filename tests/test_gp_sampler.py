@@ -32,7 +32,7 @@ def _spec(tmp_path: Path, **extra: object) -> object:
 
 def test_defaults_are_gp_search_and_the_best_pruner(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    sampler = make_sampler(spec, study_space(spec))
+    sampler = make_sampler(spec, study_space(spec)).inner  # make_sampler's wrapper: tests/tuner/test_no_repeats.py
     assert isinstance(sampler, PartialGPSampler)
     pruner = make_pruner(spec)
     assert isinstance(pruner, NoiseAwarePruner)
@@ -52,7 +52,7 @@ def test_multi_objective_gp_is_optunas_own(tmp_path: Path) -> None:
         {"metric": "peak_memory_mb", "direction": "minimize"},
     ]
     spec = _spec(tmp_path, objectives=objectives)
-    sampler = make_sampler(spec, study_space(spec))
+    sampler = make_sampler(spec, study_space(spec)).inner
     assert isinstance(sampler, GPSampler) and not isinstance(sampler, PartialGPSampler)
     assert isinstance(sampler, OneThreadGPSampler)
 

@@ -10,16 +10,18 @@ from optuna.samplers import BaseSampler
 from autotune.errors import UsageError
 from autotune.samplers._gp import OneThreadGPSampler, PartialGPSampler
 from autotune.samplers._grid import GridSampler, grid_points
+from autotune.samplers._unrepeated import Unrepeated
 from autotune.search_space import SearchSpace
 from autotune.spec import StudySpec
 
 
-def make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:
-    """The sampler named in the study file, seeded."""
+def make_sampler(spec: StudySpec, space: SearchSpace) -> Unrepeated:
+    """The sampler named in the study file, seeded, proposing no configuration the study has measured while one
+    is left (:class:`Unrepeated`; the named sampler is its ``inner``)."""
     with warnings.catch_warnings():  # Optuna's notices about the experimental features used on purpose
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)
-        return _make_sampler(spec, space)
+        return Unrepeated(_make_sampler(spec, space), space, seed=spec.sampler.seed)
 
 
 def _make_sampler(spec: StudySpec, space: SearchSpace) -> BaseSampler:

@@ -27,6 +27,7 @@ from autotune.trial_result import TrialResult, Window
 from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, trace_event, traced
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
+from autotune.tuner._exhausted import SpaceExhausted, before_ask
 from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._memory import predict_memory, prediction_attrs
 from autotune.tuner._observer import Observer
@@ -43,7 +44,7 @@ from autotune.tuner._recovery import (
 )
 from autotune.tuner._results import TuneSummary, summarize
 from autotune.tuner._roles import ROLE_BASELINE, ROLE_CONFIRM, ROLE_SEARCH, counts_toward_budget
-from autotune.tuner._second_look import SECOND_LOOK, queue_second_look
+from autotune.tuner._second_look import SECOND_LOOK
 from autotune.tuner._stop_rule import check as check_broken_workload
 from autotune.tuner._storage import study_lock
 from autotune.tuner._study import open_study
@@ -155,7 +156,7 @@ class Tuner:
         self, study: optuna.Study, launcher: Launcher, target: int | None, timeout_s: float | None,
         deadline: float | None,
     ) -> None:
-        """Claim and run trials until ``target`` trials count, or the deadline less the confirmation's reserve."""
+        """Claim and run trials until ``target`` trials count, the deadline less the reserve, or none is new."""
         done = sum(counts_toward_budget(t) for t in study.get_trials(deepcopy=False))
         self.observer.study_opened(study, target, done)
         index = 0
@@ -166,10 +167,10 @@ class Tuner:
             try:
                 with traced("claim"):  # recovery, the study lock, the sampler's fit (ask)
                     trial = self.claim(study, target)
-                if trial is None:
-                    # The rest of the budget runs in other workers: wait, in case one dies and its trial comes
-                    # back to the queue.
-                    time.sleep(WAIT_FOR_OTHERS_S)
+                if trial is None:  # the rest of the budget runs in other workers: wait, in case one dies
+                    time.sleep(WAIT_FOR_OTHERS_S)  # and its trial comes back to the queue
+            except SpaceExhausted:
+                break
             except KeyboardInterrupt:
                 raise Interrupted(130, trial_stopped=False) from None  # none of ours runs: nothing to record
             if trial is not None:
@@ -201,8 +202,8 @@ class Tuner:
 
         Counting and asking happen under the study lock, so workers sharing a study never run more than
         ``target`` trials between them (a dead worker's trial is failed, queued again, and run by another).
-        A configuration pruned near the best is queued for a second look first
-        (:mod:`autotune.tuner._second_look`).
+        A configuration pruned near the best is queued for a second look first; with none and every configuration
+        of the space measured, SpaceExhausted (:func:`autotune.tuner._exhausted.before_ask`).
         """
         self.recover(study)
         with study_lock(self.url, study.study_name):
@@ -213,9 +214,7 @@ class Tuner:
             )
             if target is not None and taken >= target:
                 return None
-            line = queue_second_look(study, self.spec)
-            if line:
-                self.observer.note(line)
+            before_ask(study, self.spec, self.observer)
             return self._mine.ask(study)
 
     # -- recovery and baseline ------------------------------------------------------------------------

@@ -140,8 +140,12 @@ def test_a_replayed_trial_costs_about_ten_write_transactions(study_dir: Callable
     finally:
         event.remove(Engine, "before_cursor_execute", executed)
         event.remove(Engine, "commit", committed)
-    assert len(sd.load().trials) == 12
-    assert len(writes) / 12 <= 11.5, len(writes) / 12
+    trials = sd.load().trials
+    assert len(trials) == 12
+    # Each window reported is one more (the pruner's report): which trials run to their end moves the count (the
+    # sampler repeating no configuration, one more of these 12 completes). Besides its windows, a trial costs 8.7.
+    windows = sum(len(t.intermediate_values) for t in trials)
+    assert (len(writes) - windows) / 12 <= 9.0, (len(writes) / 12, windows / 12)
 
 
 def test_past_its_size_the_default_sampler_hands_over_to_tpe_and_suggests_new_valid_configurations(

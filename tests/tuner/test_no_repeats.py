@@ -1,0 +1,51 @@
+"""No configuration is proposed twice by accident: a search proposes every configuration of a small space before
+any repeat, says when the space is exhausted, and stops searching there. Through the real Tuner on a replayed
+landscape (the search's decisions are the live study's; only the measurement is replayed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import optuna
+import pytest
+
+from autotune.search_space import TrialConfig
+from autotune.tuner import EXHAUSTED_ATTR, Measured, NoLaunch, Tuner, replay_runner
+from autotune.workload_check import load_spec
+
+from .conftest import StudyDir
+
+WIDTHS = [5, 20, 40]  # the faulty workload's build(width=32): the baseline's width is not one of them
+TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
+
+
+def baseline_fastest(config: TrialConfig, repeat: int) -> Measured:
+    """The baseline (width 32) reads 1,000 samples/s; every searched width reads 60-70% of it: each is pruned
+    at its first window (the held-out study where 40 and 20 came twice, both pruned each time, and 5 never)."""
+    width = config.hyperparameters["width"]
+    return Measured(1000.0 if width == 32 else 600.0 + width * 2.0)
+
+
+def _search(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials if t.user_attrs.get("role") == "search"]
+
+
+@pytest.mark.parametrize("sampler", ["gp", "tpe", "random", "qmc", "cmaes", "grid"])
+def test_every_value_of_a_three_value_hyperparameter_comes_before_any_repeat_and_the_search_stops_there(
+    study_dir: Callable[..., StudyDir], sampler: str,
+) -> None:
+    sd = study_dir(f"three-{sampler}", hyperparameters={"width": {"choices": WIDTHS}}, trial=TRIAL,
+                   sampler={"name": sampler, "seed": 0}, budget={"n_trials": 5}, confirm={"top_k": 0})
+    lines: list[str] = []
+    tuner = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(baseline_fastest))
+    tuner.observer.note = lines.append  # type: ignore[method-assign]
+    summary = tuner.run()
+    trials = summary.study.get_trials(deepcopy=False)
+    assert trials[0].user_attrs["role"] == "baseline"
+    assert trials[0].user_attrs["config"]["hyperparameters"]["width"] == 32
+    widths = [t.user_attrs["config"]["hyperparameters"]["width"] for t in _search(trials)]
+    assert sorted(widths) == WIDTHS, widths  # each once, none twice; no fourth search trial
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in _search(trials))
+    exhausted = summary.study.user_attrs.get(EXHAUSTED_ATTR)
+    assert isinstance(exhausted, dict) and exhausted["configurations"] == 3 and exhausted["trials"] == 4, exhausted
+    assert sum("every configuration of the search space has been measured" in line for line in lines) == 1, lines
