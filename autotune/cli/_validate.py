@@ -60,10 +60,18 @@ def render_resolved_study(spec: StudySpec, console: Console) -> None:
         mode = "searched" if name in searched else "fixed"
         if space.global_batch and name in SPLIT_KNOBS:
             mode = "split" if space.split_searched() else "fixed by the split"
+        if space.layouts and name in space.joined():
+            mode = "mesh" if space.mesh_searched() else "fixed by the mesh"
+        if KNOBS[name].ddp_only and space.layouts and not no_ddp:
+            values += " (not on a tensor or pipeline mesh)"
         knobs.add_row(name, mode, escape(values), escape(_show(default)))
     console.print(knobs)
-    if space.global_batch:
+    if space.global_batch and not space.layouts:
         console.print(escape(split_line(space)), highlight=False, soft_wrap=True)
+    if space.layouts:
+        console.print(mesh_table(space))
+        for label, why in space.dropped.items():
+            console.print(f"[yellow]not proposed[/] {escape(label)}: {escape(why)}", highlight=False, soft_wrap=True)
     if space.env:
         console.print(_env_table(space))
     if space.hyper.specs:
@@ -81,6 +89,29 @@ def split_line(space: SearchSpace) -> str:
                 f"{space.splits[0].label}; search batch_size, grad_accum or world_size to vary it")
     return (f"global batch {held} held: {count} feasible splits (batch_size x grad_accum x world_size), searched as "
             f"batch_split: {describe_splits(space.splits)}")
+
+
+def mesh_table(space: SearchSpace) -> Table:
+    """The feasible meshes (Optuna param mesh): ranks, pp x dp x tp, the pipeline's schedules and micro-batches,
+    and the sharding the data-parallel axis takes."""
+    title = f"feasible meshes ({len(space.layouts)} layouts, searched as mesh)" if space.mesh_searched() else \
+        "the mesh (fixed)"
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column in ("ranks", "pp x dp x tp", "pipeline", "sharding on dp", "batch"):
+        table.add_column(column)
+    sharding = _describe(space.knobs["sharding"])
+    rows: dict[tuple[int, int, int], list[Any]] = {}
+    for lay in space.layouts:
+        rows.setdefault((lay.pipeline_parallel, lay.data_parallel, lay.tensor_parallel), []).append(lay)
+    for (pp, dp, tp), layouts in rows.items():
+        pipeline = "-" if pp == 1 else ", ".join(sorted({f"{lay.pipeline_schedule} x{lay.pipeline_microbatches}"
+                                                          for lay in layouts}))
+        batches = sorted({(lay.batch_size, lay.grad_accum) for lay in layouts if lay.batch_size is not None},
+                         key=lambda b: (b[0] or 0, b[1] or 0))
+        batch = ", ".join(f"{b}x{a}" if a is not None else str(b) for b, a in batches) or "-"
+        table.add_row(str(pp * dp * tp), f"{pp} x {dp} x {tp}", escape(pipeline),
+                      sharding if dp > 1 else f"{sharding} (one replica)", escape(batch))
+    return table
 
 
 def _env_table(space: Any) -> Table:

@@ -187,11 +187,11 @@ def feasible_layouts(
                         raise NoFeasibleMesh(_too_many(knobs))
                     out += found
     if not out:
-        reason = next(iter(dropped.values()), "no mesh")
+        reason = next((why for label, why in dropped.items() if label), dropped.get("", "no mesh"))
         raise NoFeasibleMesh(f"no mesh of the search space can run ({_space(knobs)}): {reason}")
     out.sort(key=lambda lay: (lay.world_size, lay.pipeline_parallel * lay.tensor_parallel, lay.pipeline_parallel))
     reached = {lay.mesh_label for lay in out}
-    return tuple(out), {label: why for label, why in dropped.items() if label not in reached}
+    return tuple(out), {label: why for label, why in dropped.items() if label and label not in reached}
 
 
 def _completed(
@@ -202,7 +202,9 @@ def _completed(
     values: dict[str, Any] = {**base._asdict(), "batch_size": None}
     problem = mesh_problem(values, facts)
     if problem is not None:
-        dropped.setdefault(base.mesh_label, problem)
+        # degrees that do not divide a world size form no mesh of it: kept apart (""), said only when nothing runs
+        indivisible = base.world_size % (base.tensor_parallel * base.pipeline_parallel)
+        dropped.setdefault("" if indivisible else base.mesh_label, problem)
         return
     if global_batch:
         candidates = [

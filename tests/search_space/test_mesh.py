@@ -4,14 +4,18 @@ knobs are unset and compile off on a tensor or pipeline mesh."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+from click.testing import CliRunner
 
+from autotune.cli import main
 from autotune.search_space import MESH_PARAM, Layout, NoFeasibleMesh, SearchSpace, mesh_problem
 from autotune.spec import SearchSpaceSpec
 from autotune.workload_check import MeshFacts
+from tests.test_spec import MESH_PY
 
 FACTS = MeshFacts(tensor_plan="tp_plan", split_points=3, heads=(("blocks.0.attn.num_heads", 4),),
                   split_dims=(("blocks.0.attn.q.out_features", 64),), pipeline_loss=True)
@@ -127,3 +131,23 @@ def test_a_space_without_tensor_or_pipeline_degrees_keeps_its_own_params() -> No
     space = space_of({"world_size": {"choices": [1, 2]}, "batch_size": {"choices": [8, 16]}}, None)
     assert not space.layouts and MESH_PARAM not in space.distributions()
     assert {"world_size", "batch_size"} <= set(space.distributions())
+
+
+def test_validate_lists_the_feasible_meshes_and_why_others_are_not_proposed(tmp_path: Path) -> None:
+    (tmp_path / "mesh.py").write_text(MESH_PY)
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "name: probe\nworkload: {entrypoint: 'mesh.py:build'}\nsearch_space:\n"
+        "  world_size: {choices: [1, 2, 4]}\n  tensor_parallel: {choices: [1, 2, 4]}\n"
+        "  pipeline_parallel: {choices: [1, 2]}\n  pipeline_microbatches: {choices: [2, 4]}\n"
+        "  sharding: {choices: [ddp, fsdp]}\n  batch_size: 8\n"
+    )
+    result = CliRunner().invoke(main, ["validate", str(study)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "feasible meshes (11 layouts, searched as mesh)" in out
+    meshes = [line.split("│")[1].strip() for line in out.splitlines() if line.count("│") == 4 and " x " in line]
+    assert meshes == ["1 x 1 x 1", "1 x 2 x 1", "1 x 1 x 2", "2 x 1 x 1", "1 x 4 x 1", "1 x 2 x 2", "2 x 2 x 1",
+                      "2 x 1 x 2"]
+    assert "1f1b x2, 1f1b x4" in out and "{ddp, fsdp} (one replica)" in out
+    assert "not proposed pp1.dp1.tp4: tensor_parallel 4 does not divide the model's blocks.0.num_heads (6)" in out
