@@ -70,18 +70,22 @@ class StepAnatomy:
     optimizer_s: float
     other_s: float
     data_wait_share: float
+    pipeline_bubble_s: float | None = None  # a pipeline's stages idle within the step (None: no pipeline)
+    tp_comm_exposed_s: float | None = None  # tensor-parallel collectives the step waited for (None: no tp)
 
     @property
     def step_s(self) -> float:
         """The step the parts add up to."""
-        sync = self.sync_exposed_s or 0.0
+        sync = (self.sync_exposed_s or 0.0) + (self.pipeline_bubble_s or 0.0) + (self.tp_comm_exposed_s or 0.0)
         return self.data_wait_s + self.forward_backward_s + sync + self.optimizer_s + self.other_s
 
     @classmethod
     def of(cls, step_s: float, data_wait_s: float, forward_backward_s: float, sync_exposed_s: float | None,
-           optimizer_s: float) -> StepAnatomy:
+           optimizer_s: float, pipeline_bubble_s: float | None = None,
+           tp_comm_exposed_s: float | None = None) -> StepAnatomy:
         """From a step's measured time and its timed parts: ``other_s`` is what the parts leave of the step."""
-        timed = data_wait_s + forward_backward_s + (sync_exposed_s or 0.0) + optimizer_s
+        mesh = (pipeline_bubble_s or 0.0) + (tp_comm_exposed_s or 0.0)
+        timed = data_wait_s + forward_backward_s + (sync_exposed_s or 0.0) + optimizer_s + mesh
         return cls(
             data_wait_s=round(data_wait_s, 7),
             forward_backward_s=round(forward_backward_s, 7),
@@ -89,6 +93,8 @@ class StepAnatomy:
             optimizer_s=round(optimizer_s, 7),
             other_s=round(max(0.0, step_s - timed), 7),
             data_wait_share=round(data_wait_s / max(step_s, timed), 4) if max(step_s, timed) > 0 else 0.0,
+            pipeline_bubble_s=None if pipeline_bubble_s is None else round(pipeline_bubble_s, 7),
+            tp_comm_exposed_s=None if tp_comm_exposed_s is None else round(tp_comm_exposed_s, 7),
         )
 
 

@@ -63,6 +63,9 @@ class Workload:
         tp_plan: the declarative tensor-parallel plan: module-name patterns (``fnmatch`` on the module's
             fully qualified name) to ``colwise``, ``rowwise`` or ``sequence``.
         pipeline_split: module names (fully qualified), each the first module of a new pipeline stage.
+        pipeline_loss: ``pipeline_loss(output, target) -> scalar tensor``, the loss a pipeline computes on its
+            last stage's output; under ``pipeline_parallel > 1`` a batch is ``(inputs, target)``, both split
+            into micro-batches along their first dimension (docs/parallel.md).
     """
 
     model: Callable[[], Any]
@@ -78,6 +81,7 @@ class Workload:
     parallelize: Callable[[Any, Any, Any], Any] | None = None
     tp_plan: Mapping[str, str] | None = None
     pipeline_split: tuple[str, ...] | None = None
+    pipeline_loss: Callable[[Any, Any], Any] | None = None
 
     def __post_init__(self) -> None:
         _refuse_instances(self)
@@ -85,21 +89,16 @@ class Workload:
             if not callable(getattr(self, name)):
                 kind = type(getattr(self, name)).__name__
                 raise WorkloadError(f"Workload.{name} must be callable, got {kind}")
-        for name in ("collate_fn", "eval_dataset", "parallelize"):
+        for name in ("collate_fn", "eval_dataset", "parallelize", "pipeline_loss"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise WorkloadError(f"Workload.{name} must be callable or None, got {type(value).__name__}")
         lr = self.base_lr
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise WorkloadError(f"Workload.base_lr must be a positive number, got {self.base_lr!r}")
-        if (
-            isinstance(self.base_batch_size, bool)
-            or not isinstance(self.base_batch_size, int)
-            or self.base_batch_size < 1
-        ):
-            raise WorkloadError(
-                f"Workload.base_batch_size must be a positive integer, got {self.base_batch_size!r}"
-            )
+        size = self.base_batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise WorkloadError(f"Workload.base_batch_size must be a positive integer, got {size!r}")
         modules = self.checkpoint_modules
         if isinstance(modules, type):
             modules = (modules,)

@@ -23,7 +23,7 @@ OTHER = "other"
 BOTTLENECK_PARTS: dict[str, tuple[str, ...]] = {
     INPUT: ("data_wait_s",),
     COMPUTE: ("forward_backward_s", "optimizer_s"),
-    SYNC: ("sync_exposed_s",),
+    SYNC: ("sync_exposed_s", "pipeline_bubble_s", "tp_comm_exposed_s"),  # waiting on other ranks
     OTHER: ("other_s",),
 }
 
@@ -56,6 +56,11 @@ def median_anatomy(anatomies: Sequence[StepAnatomy]) -> StepAnatomy | None:
     if not anatomies:
         return None
     syncs = [a.sync_exposed_s for a in anatomies]
+
+    def optional(part: str) -> float | None:  # a part some trials do not have (no pipeline, no tp): None
+        values = [getattr(a, part) for a in anatomies]
+        return None if any(v is None for v in values) else statistics.median(values)
+
     return StepAnatomy(
         data_wait_s=statistics.median(a.data_wait_s for a in anatomies),
         forward_backward_s=statistics.median(a.forward_backward_s for a in anatomies),
@@ -63,6 +68,8 @@ def median_anatomy(anatomies: Sequence[StepAnatomy]) -> StepAnatomy | None:
         optimizer_s=statistics.median(a.optimizer_s for a in anatomies),
         other_s=statistics.median(a.other_s for a in anatomies),
         data_wait_share=statistics.median(a.data_wait_share for a in anatomies),
+        pipeline_bubble_s=optional("pipeline_bubble_s"),
+        tp_comm_exposed_s=optional("tp_comm_exposed_s"),
     )
 
 

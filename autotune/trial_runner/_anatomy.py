@@ -41,8 +41,8 @@ import torch
 
 from autotune.trial_runner._noise import NoiseMeter
 
-PARTS = ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s")
-DATA, FORWARD_BACKWARD, SYNC, OPTIMIZER = range(len(PARTS))
+PARTS = ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s", "pipeline_bubble_s", "tp_comm_exposed_s")
+DATA, FORWARD_BACKWARD, SYNC, OPTIMIZER, BUBBLE, TP_COMM = range(len(PARTS))
 COMM_THREADS = ("gloo", "pt_gloo")  # the names of gloo's threads (its TCP loop and run loops) start with these
 
 
@@ -84,9 +84,13 @@ class StepLaps:
     """One rank's laps since the last window boundary, summed by part (seconds). Off (``on`` False: the
     plan's internal ``step_anatomy`` switch, for benchmarks/step_anatomy.py) it reads no clock."""
 
-    def __init__(self, device: torch.device, sync: bool | None, on: bool = True) -> None:
-        """``sync``: True under DDP (exposed sync measured), False without synchronisation, None under FSDP."""
+    def __init__(self, device: torch.device, sync: bool | None, on: bool = True, pipeline: Any = None,
+                 tp: bool = False) -> None:
+        """``sync``: True under DDP (exposed sync measured), False without synchronisation, None under FSDP.
+        ``pipeline``: the pipeline's chunk timer (_pipeline.ChunkTimer: its stages' computing time; the rest of
+        the forward/backward laps is the bubble); ``tp``: tensor-parallel collectives are lapped (_tp_comm.py)."""
         self.on = on
+        self.pipeline, self.tp = pipeline, tp
         self.cuda = device.type == "cuda"
         self.sync = sync
         self.allreduce_calls = 0  # buckets launched, all steps (applied.json under plan.trace)
@@ -121,6 +125,17 @@ class StepLaps:
             self._pending.append((part, start, now))
         else:
             self.totals[part] += now - start
+        return now
+
+    def lap_sync(self, start: Any) -> Any:
+        """A synchronisation the step waits for whole (the mesh's dp average): a forward/backward lap that is all
+        exposed sync (taken out of the forward/backward again by :meth:`take`)."""
+        now = self.lap(FORWARD_BACKWARD, start)
+        if self.on:
+            if self.cuda:
+                self._pending.append((SYNC, start, now))
+            else:
+                self.totals[SYNC] += now - start
         return now
 
     def bucket_launched(self) -> None:
@@ -171,7 +186,10 @@ class StepLaps:
                 self.totals[part] += start.elapsed_time(end) / 1000.0
             self._pending.clear()
         totals, self.totals = self.totals, [0.0] * len(PARTS)
-        totals[FORWARD_BACKWARD] = max(0.0, totals[FORWARD_BACKWARD] - totals[SYNC])
+        if self.pipeline is not None:  # what the stages did not compute of the schedule's time: the bubble
+            computing = self.pipeline.take()
+            totals[BUBBLE] = max(0.0, totals[FORWARD_BACKWARD] - totals[SYNC] - computing) if self.on else 0.0
+        totals[FORWARD_BACKWARD] = max(0.0, totals[FORWARD_BACKWARD] - totals[SYNC] - totals[BUBBLE] - totals[TP_COMM])
         return totals
 
 

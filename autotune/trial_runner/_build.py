@@ -14,6 +14,8 @@ import torch.distributed as dist
 
 from autotune.search_space import TrialConfig
 from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, blas_threads, shard_model, wrap_ddp
+from autotune.trial_runner._mesh import Mesh, apply_tensor_parallel, build_mesh, shard_over_dp
+from autotune.trial_runner._pipeline import Pipeline, build_stages
 from autotune.trial_runner._records import AppliedRecord, RankFacts
 from autotune.workload import Workload
 
@@ -55,12 +57,17 @@ def init_distributed(device: torch.device, startup_timeout_s: float) -> None:
 
 @dataclass
 class WrappedModel:
-    """The model as the trial trains it: ``model`` (DDP-wrapped when ``ddp`` is set), the bare ``module``."""
+    """The model as the trial trains it: ``model`` (DDP-wrapped when ``ddp`` is set), the bare ``module``; under
+    the parallel mesh (``mesh`` set) this rank's part of the model, its ``pipeline`` (None without one), and
+    ``replicate``: the gradients are averaged over the dp axis by the step itself (sharding ddp)."""
 
     model: torch.nn.Module
     module: torch.nn.Module
     ddp: Any  # DistributedDataParallel or None
     fsdp: bool
+    mesh: Mesh | None = None
+    pipeline: Pipeline | None = None
+    replicate: bool = False
 
 
 def wrap_model(
@@ -70,6 +77,9 @@ def wrap_model(
     model = workload.model()
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("the workload's model has no trainable parameters")
+    mesh = build_mesh(cfg, device, ctx.rank)
+    if mesh is not None:
+        return wrap_on_mesh(model, workload, cfg, device, mesh, applied)
     if cfg.activation_checkpointing:
         wrapped = apply_checkpointing(model, workload.checkpoint_modules)
         if wrapped == 0:
@@ -90,7 +100,42 @@ def wrap_model(
     return WrappedModel(ddp, model, ddp, False)
 
 
-def gather_rank_facts(model: torch.nn.Module, cfg: TrialConfig, ctx: RankContext, ddp: bool) -> list[RankFacts]:
+def wrap_on_mesh(
+    model: torch.nn.Module, workload: Workload, cfg: TrialConfig, device: torch.device, mesh: Mesh,
+    applied: AppliedRecord,
+) -> WrappedModel:
+    """The parallel mesh's steps, as torchtitan composes them: the pipeline's stages (this rank's), tensor
+    parallelism on each, activation checkpointing, then the dp axis (FSDP2 over it, or averaged gradients)."""
+    if cfg.compile != "off":
+        raise ValueError("compile is not applied under tensor or pipeline parallelism; set compile: off")
+    model.to(device)
+    stages = build_stages(model, workload.pipeline_split, cfg, mesh) if mesh.pp > 1 else [(0, model)]
+    parts = []
+    for index, module in stages:
+        module, how = apply_tensor_parallel(module, workload, mesh, cfg)
+        applied.tensor_parallel_by = how
+        if cfg.activation_checkpointing:
+            applied.checkpoint_wrappers = (applied.checkpoint_wrappers or 0) + apply_checkpointing(
+                module, workload.checkpoint_modules)
+        parts.append((index, module))
+    if cfg.activation_checkpointing and not applied.checkpoint_wrappers:
+        raise ValueError("activation_checkpointing: no module of checkpoint_modules found in the model")
+    if cfg.sharding != "ddp":
+        applied.fsdp_units = shard_over_dp([m for _, m in parts], workload.shard_units, cfg, mesh)
+        applied.fsdp_reshard_after_forward = cfg.sharding == "fsdp"
+    pipeline = None
+    if mesh.pp > 1:
+        if workload.pipeline_loss is None:
+            raise ValueError(f"pipeline_parallel {mesh.pp}: give Workload.pipeline_loss(output, target), the loss "
+                             "the last stage computes")
+        pipeline = Pipeline(parts, cfg, mesh, device, workload.pipeline_loss)
+    root = parts[0][1] if len(parts) == 1 else torch.nn.ModuleList([m for _, m in parts])
+    return WrappedModel(root, root, None, cfg.sharding != "ddp", mesh, pipeline, cfg.sharding == "ddp" and mesh.dp > 1)
+
+
+def gather_rank_facts(
+    model: torch.nn.Module, cfg: TrialConfig, ctx: RankContext, ddp: bool, mesh: Mesh | None = None
+) -> list[RankFacts]:
     """What every rank applied (threads, environment, compiled forward, sharded parameters), gathered to
     every rank: a knob that reached only rank 0 shows in applied.json's ``ranks``."""
     from torch.distributed.tensor import DTensor
@@ -111,6 +156,7 @@ def gather_rank_facts(model: torch.nn.Module, cfg: TrialConfig, ctx: RankContext
         local_param_numel=local,
         param_numel=sum(p.numel() for p in params),
         ddp=ddp,
+        mesh=dict(mesh.coords) if mesh is not None else None,
     )
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, facts)

@@ -72,11 +72,12 @@ class WindowMeter:
 
     def __init__(
         self, plan: TrialPlan, trial_dir: Path, rank: int, world_size: int, device: torch.device, laps: StepLaps,
-        noise: NoiseMeter | None = None,
+        noise: NoiseMeter | None = None, holds_loss: bool = True,
     ) -> None:
         cfg, limits = plan.config, plan.limits
         self.plan, self.rank, self.world_size, self.device, self.laps = plan, rank, world_size, device, laps
         self.noise = noise  # the window's squared gradient norms (the gradient noise scale), when measured
+        self.holds_loss = holds_loss  # False on a pipeline stage before the last: its loss is not the model's
         self.global_batch = cfg.global_batch
         self.window, self.max_steps = limits.window(), trial_steps(limits, cfg.global_batch)
         self.warmup = Warmup.for_limits(limits, self.max_steps)
@@ -166,15 +167,16 @@ class WindowMeter:
         """One small collective per window: every rank's time, memory, non-finite flag, loss, timed parts and
         gradient norms, gathered to every rank (the slowest rank is the one whose window took longest)."""
         local_loss = (self.window_loss / max(1, steps)).float()
-        finite = bool(torch.isfinite(local_loss))
+        finite = bool(torch.isfinite(local_loss)) or not self.holds_loss
         norms = self.noise.take() if self.noise is not None else []  # the gradient noise scale's sums
-        row = torch.tensor([window_time, self.peak, 0.0 if finite else 1.0, local_loss.item() if finite else 0.0,
-                            *parts, *norms], dtype=torch.float64, device=self.device)
+        weight = 1.0 if self.holds_loss else 0.0  # the loss is the mean over the ranks that hold it
+        row = torch.tensor([window_time, self.peak, 0.0 if finite else 1.0, local_loss.item() * weight if finite
+                            else 0.0, weight, *parts, *norms], dtype=torch.float64, device=self.device)
         rows = [torch.empty_like(row) for _ in range(self.world_size)]
         dist.all_gather(rows, row)
         table = torch.stack(rows).tolist()
         slowest = max(table, key=lambda r: r[0])
-        loss = None if any(r[2] for r in table) else sum(r[3] for r in table) / self.world_size
+        loss = None if any(r[2] for r in table) else sum(r[3] for r in table) / max(1.0, sum(r[4] for r in table))
         return Reduced(slowest[0], max(r[1] for r in table), loss, self._anatomy([slowest], steps),
                        self._anatomy(table, steps), window_noise(self.noise, table))
 
@@ -183,9 +185,10 @@ class WindowMeter:
         if not self.laps.on or steps <= 0 or rows[0][0] <= 0:
             return None
         n = len(rows) * steps
-        data, compute, sync, optimizer = (sum(r[4 + i] for r in rows) / n for i in range(4))
+        data, compute, sync, optimizer, bubble, tp_comm = (sum(r[5 + i] for r in rows) / n for i in range(6))
         return StepAnatomy.of(sum(r[0] for r in rows) / n, data, compute,
-                              sync if self.laps.sync is not None else None, optimizer)
+                              sync if self.laps.sync is not None else None, optimizer,
+                              bubble if self.laps.pipeline is not None else None, tp_comm if self.laps.tp else None)
 
     def _record(self, window_throughput: float, reduced: Reduced) -> Window:
         launched_at = self.plan.launched_at

@@ -32,6 +32,8 @@ SOURCES = ("ddp", "grad_accum")
 
 def noise_source(config: TrialConfig) -> tuple[str | None, str]:
     """Where a configuration's noise scale comes from (``ddp``, ``grad_accum``), or None and why not."""
+    if config.tensor_parallel > 1 or config.pipeline_parallel > 1:
+        return None, "not measured under tensor or pipeline parallelism"
     if config.sharding != "ddp":
         return None, f"not measured under {config.sharding} (its reduce-scatter runs inside FSDP's own hooks)"
     if config.world_size >= 2:

@@ -109,6 +109,7 @@ class RankFacts:
     local_param_numel: int
     param_numel: int
     ddp: bool
+    mesh: dict[str, int] | None = None  # the rank's coordinates in the parallel mesh (pp, dp, tp); None without
 
 
 # applied.json keeps a key only once it is known (a DDP key only under DDP, compile_s only when compiled).
@@ -126,6 +127,7 @@ class AppliedRecord:
     checkpoint_wrappers: int | None = None
     fsdp_units: int | None = None
     fsdp_reshard_after_forward: bool | None = None
+    tensor_parallel_by: str | None = None  # the mesh: parallelize (the hook), tp_plan, hf_plan or none
     ddp_bucket_bytes_cap: int | None = None
     ddp_gradient_as_bucket_view: bool | None = None
     ddp_static_graph: bool | None = None

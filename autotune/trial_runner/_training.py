@@ -37,11 +37,13 @@ from autotune.trial_runner._build import (
     wrap_model,
 )
 from autotune.trial_runner._data import batch_len, eval_loader, loader_facts, to_device, train_data
+from autotune.trial_runner._mesh import average_gradients
 from autotune.trial_runner._meter import MEMORY_EVERY_S, WindowMeter
 from autotune.trial_runner._noise import NoiseMeter, noise_source
 from autotune.trial_runner._pace import Gate
 from autotune.trial_runner._plan import APPLIED_FILE, DONE_FILE, HEARTBEAT_FILE, TrialPlan
 from autotune.trial_runner._records import DoneRecord, write_record
+from autotune.trial_runner._tp_comm import watch_tp_comm
 from autotune.trial_runner._trace import trace_event
 from autotune.workload import load_workload
 
@@ -69,16 +71,22 @@ class Trainer:
         self.workload = load_workload(plan.entrypoint, plan.args, Path(plan.base_dir), cfg.hyperparameters)
         torch.manual_seed(plan.seed)
         wrapped = wrap_model(self.workload, cfg, ctx, self.device, self.applied)
-        self.model: Any = wrapped.model  # DDP, an FSDP2 module or the bare model
+        self.model: Any = wrapped.model  # DDP, an FSDP2 module, the bare model, or this rank's part of the mesh
         self.ddp, self.fsdp = wrapped.ddp, wrapped.fsdp
-        self.laps = StepLaps(self.device, sync=None if self.fsdp else self.ddp is not None, on=plan.step_anatomy)
+        self.mesh, self.pipeline, self.replicate = wrapped.mesh, wrapped.pipeline, wrapped.replicate
+        synced = self.ddp is not None or self.replicate
+        self.laps = StepLaps(self.device, sync=None if self.fsdp else synced, on=plan.step_anatomy,
+                             pipeline=self.pipeline.timer if self.pipeline is not None else None,
+                             tp=self.mesh is not None and self.mesh.tp > 1)
+        if self.mesh is not None and self.mesh.tp > 1:
+            watch_tp_comm(wrapped.module, self.laps)
         source, _ = noise_source(cfg)  # the gradient noise scale's two batch sizes (_noise.py), or None
         self.noise = NoiseMeter(cfg, source, self.device, ctx.rank) if source is not None else None
         if self.noise is not None and source == "grad_accum":
             self.noise.watch_parameters(wrapped.module)
         if self.ddp is not None and (plan.step_anatomy or plan.trace or self.noise is not None):
             self.ddp.register_comm_hook(None, timing_hook(self.laps, self.noise))  # counts the all-reduces, too
-        self.applied.ranks = gather_rank_facts(wrapped.module, cfg, ctx, self.ddp is not None)
+        self.applied.ranks = gather_rank_facts(wrapped.module, cfg, ctx, self.ddp is not None, self.mesh)
         self.write_applied()  # threads and sharding known now, before a first step that may never finish
         _, _, optimizer_kwargs = split_hyperparameters(cfg.hyperparameters)
         self._parameters = [p for p in self.model.parameters() if p.requires_grad]
@@ -89,11 +97,14 @@ class Trainer:
             self.applied.optimizer_kwargs = {k: group.get(k) for k in optimizer_kwargs}
         self.scaler = torch.amp.GradScaler("cuda") if cfg.amp == "fp16" else None
         self.applied.grad_scaler = self.scaler is not None
+        # the ranks of one dp coordinate (a tensor- and pipeline-parallel group) read the same batches
+        self.dp_rank, self.dp_size = (self.mesh.coords["dp"], self.mesh.dp) if self.mesh else (ctx.rank, ctx.world_size)
         self.data = train_data(
-            self.workload.dataset(), cfg, ctx.rank, ctx.world_size, plan.seed, self.workload.collate_fn
+            self.workload.dataset(), cfg, self.dp_rank, self.dp_size, plan.seed, self.workload.collate_fn
         )
         self.applied.dataloader = loader_facts(self.data)
-        watch_autocast(wrapped.module, self.device.type, self.applied)
+        watched = self.pipeline.modules[0] if self.pipeline is not None else wrapped.module
+        watch_autocast(watched, self.device.type, self.applied)
 
     # -- training -----------------------------------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -114,19 +125,18 @@ class Trainer:
             start = laps.lap(DATA, start)
             last = micro == cfg.grad_accum - 1
             sync = contextlib.nullcontext() if (self.ddp is None or last) else self.ddp.no_sync()
-            if self.fsdp and cfg.grad_accum > 1:
+            if self.fsdp and cfg.grad_accum > 1 and self.pipeline is None:
                 self.model.set_requires_gradient_sync(last)  # FSDP2's no_sync: reduce-scatter on the last only
             with sync:
-                loss = self._loss(batch)
-                scaled = loss.float() / cfg.grad_accum
-                if self.scaler is not None:
-                    self.scaler.scale(scaled).backward()
-                else:
-                    scaled.backward()
+                loss = self._backward(batch)
             start = laps.lap(FORWARD_BACKWARD, start)
-            total += loss.detach().float()
+            if loss is not None:
+                total += loss.detach().float()
         if self.ddp is not None:
             laps.backward_done(start)
+        if self.replicate and self.mesh is not None:  # the mesh's dp axis under ddp: gradients averaged here, exposed
+            average_gradients(self._parameters, self.mesh)
+            start = laps.lap_sync(start)
         if self.noise is not None:  # the step's gradients are complete: their norms (before the optimizer)
             self.noise.end_step(self._parameters, self.scaler.get_scale() if self.scaler is not None else None)
         if self.scaler is not None:
@@ -140,6 +150,19 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         return total / cfg.grad_accum
 
+    def _backward(self, batch: Any) -> torch.Tensor | None:
+        """Forward and backward of one micro-step: its loss (None on a pipeline stage that holds none)."""
+        if self.pipeline is not None:
+            with self.autocast():
+                return self.pipeline.micro_step(batch)
+        loss = self._loss(batch)
+        scaled = loss.float() / self.config.grad_accum
+        if self.scaler is not None:
+            self.scaler.scale(scaled).backward()
+        else:
+            scaled.backward()
+        return loss
+
     def _loss(self, batch: Any) -> torch.Tensor:
         with self.autocast():
             loss = self.workload.loss(self.model, batch)
@@ -152,7 +175,8 @@ class Trainer:
     def train(self) -> DoneRecord:
         """Step until the trial's steps are done, the loss diverged, or a paced run is told to finish."""
         plan, ctx = self.plan, self.ctx
-        meter = WindowMeter(plan, ctx.trial_dir, ctx.rank, ctx.world_size, self.device, self.laps, self.noise)
+        meter = WindowMeter(plan, ctx.trial_dir, ctx.rank, ctx.world_size, self.device, self.laps, self.noise,
+                            holds_loss=self.pipeline is None or self.pipeline.is_last)
         # A paced run (a confirmation race) trains in blocks of pace_steps after its warm-up, each one released
         # by the tuner through the gate and followed by a stop there, until the tuner ends it.
         gate = Gate(ctx.trial_dir, ctx.rank) if plan.pace_steps else None
@@ -241,10 +265,10 @@ class Trainer:
         gradients, under the trial's autocast; the result is the mean loss over all ranks' samples (each batch's
         loss weighted by its size).
         """
-        workload, cfg, ctx = self.workload, self.config, self.ctx
-        if workload.eval_dataset is None:
+        workload, cfg = self.workload, self.config
+        if workload.eval_dataset is None or self.pipeline is not None:  # a pipeline's evaluation: not yet
             return None
-        loader = eval_loader(workload.eval_dataset(), cfg.batch_size, ctx.rank, ctx.world_size, workload.collate_fn)
+        loader = eval_loader(workload.eval_dataset(), cfg.batch_size, self.dp_rank, self.dp_size, workload.collate_fn)
         if loader is None:
             return None
         totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss * samples, samples

@@ -50,7 +50,8 @@ def test_trial_json_reports_outcome_metrics_and_config(tmp_path: Path) -> None:
     for key in ("step_anatomy", "step_anatomy_mean"):  # where a step went: the slowest rank and the ranks' mean
         anatomy = payload[key]
         assert set(anatomy) == {"data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s", "other_s",
-                                "data_wait_share"}
+                                "data_wait_share", "pipeline_bubble_s", "tp_comm_exposed_s"}
+        assert anatomy["pipeline_bubble_s"] is None and anatomy["tp_comm_exposed_s"] is None  # no mesh
         assert anatomy["forward_backward_s"] > 0 and 0 <= anatomy["data_wait_share"] <= 1
     trial_dir = Path(payload["trial_dir"])
     assert trial_dir.parent == tmp_path / "runs" / "cli-trial"

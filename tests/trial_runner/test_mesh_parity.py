@@ -1,0 +1,104 @@
+"""The parallel mesh trains the same model: each mesh kind's per-step losses over its first 20 steps against a
+one-rank run of the same seed and global batch (autotune/trial_runner/_parity.py), on the built-in transformer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.search_space import TrialConfig
+from autotune.spec import TrialLimits
+from autotune.trial_runner import Outcome, TrialPlan, TrialResult, WarmLauncher, run_trial
+from autotune.trial_runner._parity import compare, parity_plans
+
+pytestmark = pytest.mark.slow  # two real trials each (8-25 s on two cores)
+
+_REFERENCES: dict[tuple[int, int], TrialResult] = {}
+
+
+def _plan(**knobs: Any) -> TrialPlan:
+    config = TrialConfig.create(base_lr=1e-3, base_batch_size=16, **{"batch_size": 16, **knobs})
+    return TrialPlan(config=config, entrypoint="autotune.workloads.gpt:build", args={}, base_dir=".",
+                     limits=TrialLimits(max_steps=20, max_seconds=120, hang_seconds=30))
+
+
+def _parity(tmp_path: Path, launcher: WarmLauncher, **knobs: Any) -> tuple[float, int, Path]:
+    """Run the mesh and (once per global batch and accumulation) its one-rank reference; the comparison."""
+    mine, one = parity_plans(_plan(**knobs))
+    result = run_trial(mine, tmp_path / "mesh", launcher)
+    assert result.outcome is Outcome.COMPLETE, (result.reason, result.error_lines)
+    key = (one.config.batch_size, one.config.grad_accum)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = run_trial(one, tmp_path / "one", launcher)
+    reference = _REFERENCES[key]
+    assert reference.outcome is Outcome.COMPLETE
+    parity = compare(result.windows, reference.windows, "off")
+    return parity.max_relative_difference, parity.steps, tmp_path / "mesh"
+
+
+def _applied(trial_dir: Path) -> dict[str, Any]:
+    return json.loads((trial_dir / "applied.json").read_text())
+
+
+def test_tensor_parallel_trains_the_one_rank_model(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    gap, steps, trial_dir = _parity(tmp_path, warm_launcher, world_size=2, tensor_parallel=2)
+    assert steps == 20 and gap < 1e-4
+    ranks = _applied(trial_dir)["ranks"]
+    assert [r["mesh"] for r in ranks] == [{"pp": 0, "dp": 0, "tp": 0}, {"pp": 0, "dp": 0, "tp": 1}]
+    # each rank holds half of every split weight: fewer than all, more than half (norms, embeddings replicated)
+    assert all(r["param_numel"] / 2 < r["local_param_numel"] < r["param_numel"] for r in ranks)
+    window = run_windows(trial_dir)[-1]
+    assert window["step_anatomy"]["tp_comm_exposed_s"] > 0 and window["step_anatomy"]["pipeline_bubble_s"] is None
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_trains_the_one_rank_model(tmp_path: Path, warm_launcher: WarmLauncher, schedule: str) -> None:
+    gap, steps, trial_dir = _parity(tmp_path, warm_launcher, world_size=2, pipeline_parallel=2,
+                                    pipeline_schedule=schedule, pipeline_microbatches=4)
+    assert steps == 20 and gap < 1e-4
+    ranks = _applied(trial_dir)["ranks"]
+    assert [r["mesh"]["pp"] for r in ranks] == [0, 1]
+    assert sum(r["local_param_numel"] for r in ranks) == _model_numel()  # the stages hold the model once
+    anatomy = run_windows(trial_dir)[-1]["step_anatomy"]
+    assert anatomy["pipeline_bubble_s"] > 0 and anatomy["tp_comm_exposed_s"] is None
+
+
+def test_interleaved_pipeline_with_accumulation(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    gap, steps, _ = _parity(tmp_path, warm_launcher, world_size=2, pipeline_parallel=2, batch_size=8, grad_accum=2,
+                            pipeline_schedule="interleaved_1f1b", pipeline_microbatches=2)
+    assert steps == 20 and gap < 1e-4
+
+
+def test_fsdp_by_tensor_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    gap, steps, trial_dir = _parity(tmp_path, warm_launcher, world_size=4, tensor_parallel=2, sharding="fsdp",
+                                    batch_size=8)
+    assert steps == 20 and gap < 1e-4
+    ranks = _applied(trial_dir)["ranks"]
+    assert [(r["mesh"]["dp"], r["mesh"]["tp"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(r["local_param_numel"] < r["param_numel"] / 2 for r in ranks)  # sharded over dp and tp
+
+
+def test_tensor_by_pipeline_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    gap, steps, trial_dir = _parity(tmp_path, warm_launcher, world_size=4, tensor_parallel=2, pipeline_parallel=2,
+                                    pipeline_microbatches=2)
+    assert steps == 20 and gap < 1e-4
+    ranks = _applied(trial_dir)["ranks"]
+    assert [(r["mesh"]["pp"], r["mesh"]["tp"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_data_parallel_beside_tensor_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    gap, steps, _ = _parity(tmp_path, warm_launcher, world_size=4, tensor_parallel=2, batch_size=8)
+    assert steps == 20 and gap < 1e-4
+
+
+def _model_numel() -> int:
+    from autotune.workloads.gpt import build
+
+    return sum(p.numel() for p in build().model().parameters())
+
+
+def run_windows(trial_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
