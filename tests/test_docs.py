@@ -119,9 +119,10 @@ def markdown_files() -> list[Path]:
     return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def test_no_hand_written_copy_of_the_knob_table_or_the_cli_options() -> None:
-    """The knobs and the CLI's options are listed only on their generated pages."""
+def test_no_hand_written_copy_of_the_knob_table_the_keys_or_the_cli_options() -> None:
+    """The knobs, the study-file keys and the CLI's options are listed only on their generated pages."""
     generated = {ROOT / "docs" / name for name in generator().PAGES}
+    keys = set(key_paths(StudySpec)) | {path.rsplit(".", 1)[-1] for path in key_paths(StudySpec)}
     for path in markdown_files():
         if path in generated:
             continue
@@ -129,6 +130,8 @@ def test_no_hand_written_copy_of_the_knob_table_or_the_cli_options() -> None:
         knob_rows = [k for k in KNOBS if re.search(rf"^\| `{k}` \|", text, re.M)]
         name = path.relative_to(ROOT)
         assert len(knob_rows) < 3, f"{name} has a knob table: the generated one is docs/reference/knobs.md"
+        key_rows = {key for key in re.findall(r"^\| `([\w.]+)` \|", text, re.M) if key in keys}
+        assert len(key_rows) < 3, f"{name} has a table of study-file keys: docs/reference/study-file.md is it"
         option_rows = re.findall(r"^\| `autotune (validate|run|trial|best|status|plan|report|dashboard)\b", text, re.M)
         assert len(option_rows) < 3, f"{name} lists the commands: docs/reference/cli.md does"
 
