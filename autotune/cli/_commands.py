@@ -94,8 +94,10 @@ def schema() -> None:
               help="Set a knob (batch_size=64) or override a study-file key (workload.args.n_layer=4).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (outcome, reason, metrics, config).")
 @click.option("--dir", "trial_dir", type=click.Path(file_okay=False), help="Trial folder (default: runs/NAME/).")
+@click.option("--check-parity", is_flag=True, help="Run it beside one rank at the same global batch and seed, 20 "
+              "steps each, and compare the losses (exit 1 past the tolerance: 1e-4 relative in fp32).")
 @handle_errors
-def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str | None) -> None:
+def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str | None, check_parity: bool) -> None:
     """Run exactly one trial with the given knobs, outside any study, and print how it went.
 
     Knobs fixed in the study's search space are used, others take their defaults; the study's trial
@@ -121,6 +123,13 @@ def trial(study_file: str, sets: tuple[str, ...], as_json: bool, trial_dir: str 
         err_console.print("[yellow]warning[/] amp=bf16 on this CPU has no native bf16 (no AVX512_BF16/AMX flags): "
                           "it is emulated and usually several times slower than fp32", highlight=False)
     launcher = make_launcher(spec)
+    if check_parity:
+        from autotune.cli._parity import check_parity as run_parity
+
+        try:
+            sys.exit(run_parity(console, err_console, spec, config, folder, launcher, as_json))
+        finally:
+            launcher.close()
     try:
         with trial_progress(err_console, spec.trial, enabled=not as_json) as on_tick:
             result = run_trial(

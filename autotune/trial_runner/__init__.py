@@ -11,6 +11,7 @@ from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
+from autotune.trial_runner._parity import PARITY_STEPS, PARITY_TOLERANCES, Parity, compare_losses, parity_plans
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._prepare import prepared_launcher
 from autotune.trial_runner._process import free_port, start_ticks
@@ -30,6 +31,8 @@ if TYPE_CHECKING:  # imported on first use (__getattr__): they import torch, whi
     from autotune.trial_runner._pace import PacedRun, PacedRunFailed
 
 __all__ = [
+    "PARITY_STEPS",
+    "PARITY_TOLERANCES",
     "THREAD_WORDS",
     "TRACE_ENV",
     "Launcher",
@@ -39,6 +42,7 @@ __all__ = [
     "Outcome",
     "PacedRun",
     "PacedRunFailed",
+    "Parity",
     "ProcessTreeHandle",
     "RunHandle",
     "TickCallback",
@@ -49,10 +53,12 @@ __all__ = [
     "WindowCallback",
     "WindowJudge",
     "apply_checkpointing",
+    "compare_losses",
     "compute_threads",
     "free_port",
     "make_launcher",
     "noise_source",
+    "parity_plans",
     "plan_for",
     "prepared_launcher",
     "resolve_threads",

@@ -21,10 +21,11 @@ from autotune.trial_result import Window
 from autotune.trial_runner._plan import TrialPlan
 
 PARITY_STEPS = 20
-TOLERANCES = {"off": 1e-4, "bf16": 2e-2, "fp16": 2e-2}
-"""The largest relative loss difference a correct parallel run shows, by ``amp``: fp32 rounding (the orders of
-a sum differ between meshes, about 1e-7 per step on the built-in workload); half precision rounds each matmul to
-8 (bf16) or 11 (fp16) bits, and the differences grow over the steps (docs/parallel.md)."""
+PARITY_TOLERANCES = {"off": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
+"""The largest relative loss difference a correct parallel run may show, by ``amp``. fp32: rounding alone (sums
+taken in another order; the built-in workload's meshes stay within 2e-7 over 20 steps). Half precision rounds
+every matmul to 8 (bf16) or 11 (fp16) bits of mantissa, and a split changes where it rounds: 5e-5 to 8e-5 on the
+built-in workload at tp 2 or pp 2 under bf16; the tolerance leaves room for deeper models (docs/parallel.md)."""
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,11 @@ def parity_plans(plan: TrialPlan, steps: int = PARITY_STEPS) -> tuple[TrialPlan,
         update={"config": one_rank_config(plan.config), **common})
 
 
-def compare(windows: Sequence[Window], reference: Sequence[Window], amp: str) -> Parity:
+def compare_losses(windows: Sequence[Window], reference: Sequence[Window], amp: str) -> Parity:
     """The largest relative difference of the losses of the steps both runs measured."""
     mine = {w.step: w.loss for w in windows}
     theirs = {w.step: w.loss for w in reference}
     steps = sorted(set(mine) & set(theirs))
     gaps = [abs(mine[s] - theirs[s]) / max(abs(theirs[s]), 1e-12) for s in steps]
     worst = max((g if math.isfinite(g) else math.inf for g in gaps), default=math.inf)  # NaN: no parity
-    return Parity(worst, len(steps), TOLERANCES.get(amp, 1e-4))
+    return Parity(worst, len(steps), PARITY_TOLERANCES.get(amp, 1e-4))

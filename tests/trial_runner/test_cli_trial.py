@@ -151,3 +151,29 @@ def test_a_bad_study_key_in_trial_set_is_one_line(tmp_path: Path) -> None:
     (line,) = out.stderr.splitlines()
     assert "max_stepz" in line
     assert not (tmp_path / "runs").exists()
+
+
+def _mesh_study(tmp_path: Path, sabotage: bool) -> Path:
+    (tmp_path / "mesh_workload.py").write_text((HERE / "mesh_workload.py").read_text())
+    study = tmp_path / "study.yaml"
+    study.write_text(f"""
+name: cli-parity
+workload: {{entrypoint: mesh_workload.py:build, args: {{sabotage: {str(sabotage).lower()}}}}}
+search_space: {{batch_size: 16}}
+trial: {{max_steps: 20, max_seconds: 120}}
+""")
+    return study
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sabotage", [False, True])
+def test_check_parity_compares_a_mesh_with_one_rank(tmp_path: Path, sabotage: bool) -> None:
+    study = _mesh_study(tmp_path, sabotage)
+    out = _trial(study, "", "--set", "world_size=2", "--set", "tensor_parallel=2", "--check-parity", columns=None)
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("parity: "))  # one line, also in a pipe
+    assert "over 20 steps" in line, out.stdout
+    gap = float(line.split("difference ")[1].split()[0])
+    if sabotage:  # a hook that changes the model: a step's loss moves far past the tolerance, exit 1
+        assert out.returncode == 1 and gap > 1e-3 and "PAST the tolerance" in out.stdout
+    else:
+        assert out.returncode == 0 and gap < 1e-4 and "within the tolerance 0.0001" in out.stdout

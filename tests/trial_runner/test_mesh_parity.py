@@ -11,8 +11,7 @@ import pytest
 
 from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
-from autotune.trial_runner import Outcome, TrialPlan, TrialResult, WarmLauncher, run_trial
-from autotune.trial_runner._parity import compare, parity_plans
+from autotune.trial_runner import Outcome, TrialPlan, TrialResult, WarmLauncher, compare_losses, parity_plans, run_trial
 
 pytestmark = pytest.mark.slow  # two real trials each (8-25 s on two cores)
 
@@ -35,7 +34,7 @@ def _parity(tmp_path: Path, launcher: WarmLauncher, **knobs: Any) -> tuple[float
         _REFERENCES[key] = run_trial(one, tmp_path / "one", launcher)
     reference = _REFERENCES[key]
     assert reference.outcome is Outcome.COMPLETE
-    parity = compare(result.windows, reference.windows, "off")
+    parity = compare_losses(result.windows, reference.windows, "off")
     return parity.max_relative_difference, parity.steps, tmp_path / "mesh"
 
 
