@@ -3,16 +3,19 @@
 A fenced block whose title names a file (```yaml title="my-model.yaml"```) is an example file: each test
 writes every such block of the guide into a fresh folder. A page's ``<!-- test: COMMAND -->`` comments say
 what the suite does there: ``autotune ...`` runs the command in this process (tests/_cli.py), ``python X.py``
-runs the script in a process of its own. ``=> exit N, "text"`` expects that exit status and that text in the
+runs the script in this process too (``runpy``). ``=> exit N, "text"`` expects that exit status and that text in the
 output (else exit 0). ``test (slow)`` commands run in one test, in the pages' order (the guide's navigation),
 in one folder: a later page may read the study an earlier one ran.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import re
-import subprocess
-import sys
+import runpy
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +72,26 @@ def write_examples(folder: Path) -> None:
         (folder / name).write_text(text)
 
 
+def python(script: str, folder: Path) -> tuple[int, str]:
+    """``python SCRIPT`` in ``folder``, run in this process (as tests/_cli.py runs the commands: no fresh
+    interpreter and imports): its exit status and what it printed."""
+    out = io.StringIO()
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            runpy.run_path(str(folder / script), run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except Exception:
+        out.write(traceback.format_exc())
+        code = 1
+    finally:
+        os.chdir(before)
+    return code, out.getvalue()
+
+
 def run(check: Check, folder: Path) -> None:
     words = check.command.split()
     if words[0] == "autotune":
@@ -76,9 +99,7 @@ def run(check: Check, folder: Path) -> None:
         code, output = result.exit_code, result.output
     else:
         assert words[0] == "python", f"docs/guide/{check.page}: a test runs autotune or python, not {words[0]}"
-        done = subprocess.run([sys.executable, *words[1:]], cwd=folder, capture_output=True, text=True,
-                              timeout=300, check=False)
-        code, output = done.returncode, done.stdout + done.stderr
+        code, output = python(words[1], folder)
     assert code == check.exit, f"docs/guide/{check.page}: `{check.command}` exited {code}:\n{output[-3000:]}"
     if check.expect is not None:
         assert check.expect in output, f"docs/guide/{check.page}: `{check.command}` did not say {check.expect!r}"
