@@ -4,6 +4,7 @@ the baseline, with the compile payback, the time-to-loss reasoning and the loss 
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -119,12 +120,17 @@ def _verdict(console: Console, summary: Any) -> None:
 
 def _notes(console: Console, summary: Any) -> None:
     """The configurations not launched (predicted over the memory budget) and a compiled choice's payback."""
+    from autotune.search_space import mesh_label
     from autotune.tuner import not_launched
 
     skipped = not_launched(summary.study)
     if skipped:  # predicted over constraints.max_memory_mb before launch (tuner/_memory.py)
+        configs = {t.number: t.user_attrs.get("config") or {} for t in summary.study.get_trials(deepcopy=False)}
+        meshes = Counter(mesh_label(configs[n]) for n in skipped)
+        which = "" if set(meshes) == {"pp1.dp1.tp1"} else "; meshes " + ", ".join(
+            f"{label}" + (f" x{count}" if count > 1 else "") for label, count in meshes.items())
         console.print(f"{len(skipped)} configuration{'s' if len(skipped) != 1 else ''} not launched: predicted over "
-                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)})", highlight=False)
+                      f"the memory budget (trials {', '.join(f'#{n}' for n in skipped)}){which}", highlight=False)
     if summary.best_config.compile != "off":
         rows = complete_trials(summary.study)
         chosen = next((r for r in rows if r["number"] == summary.best_trial), None)

@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from autotune.objectives._memory_mesh import MeshFit, group_of, mesh_shares, on_mesh
+from autotune.objectives._memory_points import MemoryPoint, memory_points
+
 __all__ = [
     "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "analytic_memory_mb", "memory_points", "setting_of",
 ]
@@ -53,18 +56,6 @@ class ModelSize:
     param_bytes: int = 4
     grad_bytes: int = 4
     optimizer_bytes: int = 8
-
-
-@dataclass(frozen=True)
-class MemoryPoint:
-    """One trial's peak memory per rank (MB) and its configuration (a ``TrialConfig`` as JSON).
-
-    ``at_least``: the trial ran out of memory or was stopped over the budget, so its peak is a lower bound.
-    """
-
-    config: Mapping[str, Any]
-    peak_mb: float
-    at_least: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,7 +93,8 @@ def _size(mb: float) -> str:
 
 def setting_of(config: Mapping[str, Any]) -> tuple[Any, ...]:
     """The knobs within which memory is linear in ``batch_size``: amp, activation checkpointing, sharding,
-    world size, and on the CPU ``num_workers`` (a CPU rank's peak includes its DataLoader workers)."""
+    world size, on the CPU ``num_workers`` (a CPU rank's peak includes its DataLoader workers), and the mesh
+    (the tensor and pipeline degrees, the pipeline's schedule and micro-batches)."""
     workers = int(config.get("num_workers") or 0) if config.get("device", "cpu") == "cpu" else 0
     return (
         str(config.get("amp", "off")),
@@ -110,20 +102,33 @@ def setting_of(config: Mapping[str, Any]) -> tuple[Any, ...]:
         str(config.get("sharding", "ddp")),
         int(config.get("world_size", 1)),
         workers,
+        int(config.get("tensor_parallel") or 1),
+        int(config.get("pipeline_parallel") or 1),
+        config.get("pipeline_schedule"),
+        config.get("pipeline_microbatches"),
     )
 
 
 def analytic_memory_mb(size: ModelSize, config: Mapping[str, Any]) -> float:
-    """Parameters + gradients + optimizer state per rank (MB); FSDP divides them by the world size."""
+    """Parameters + gradients + optimizer state per rank (MB): a rank holds its tensor-parallel shard of its
+    pipeline stage, and under FSDP its data-parallel shard of that (``_memory_mesh.mesh_shares``)."""
     per_param = size.param_bytes + size.grad_bytes + size.optimizer_bytes
-    shards = int(config.get("world_size", 1)) if str(config.get("sharding", "ddp")) != "ddp" else 1
-    return size.params * per_param / max(1, shards) / MB
+    return size.params * per_param * mesh_shares(config)[0] / MB
+
+
+def _state_mb(size: ModelSize | None) -> float | None:
+    return None if size is None else size.params * (size.param_bytes + size.grad_bytes + size.optimizer_bytes) / MB
+
+
+def _per_sample(config: Mapping[str, Any]) -> float:
+    """A rank's activation samples per sample of ``batch_size`` (1 without a tensor or pipeline mesh)."""
+    return mesh_shares({**config, "batch_size": 1})[1]
 
 
 def _features(config: Mapping[str, Any]) -> list[float]:
     """The across-settings regression's features (after the intercept): batch, and the settings' knobs with
     their effect on the per-sample slope."""
-    amp, ckpt, sharding, world, workers = setting_of(config)
+    amp, ckpt, sharding, world, workers = setting_of(config)[:5]
     batch = float(config.get("batch_size", 1))
     half, ck, shard = float(amp != "off"), float(ckpt), float(sharding != "ddp")
     return [batch, float(workers), float(world - 1), half, ck, shard, batch * half, batch * ck, shard / world]
@@ -146,7 +151,9 @@ class MemoryModel:
             by_setting.setdefault(setting_of(p.config), []).append((float(p.config.get("batch_size", 1)), p.peak_mb))
         self._settings = by_setting
         self._lines = {s: line for s, xy in by_setting.items() if (line := _line(xy)) is not None}
-        self._slope = _pooled_slope([by_setting[s] for s in self._lines])
+        scale = {setting_of(p.config): _per_sample(p.config) for p in self.measured}
+        # the pooled slope per activation sample: a mesh's rank holds a share of each sample's activations
+        self._slope = _pooled_slope([[(x * scale[s], y) for x, y in by_setting[s]] for s in self._lines])
         self._noise = _pooled_noise([(by_setting[s], self._lines[s]) for s in self._lines])
         self._ridge = _Ridge.fit(self.measured) if len(by_setting) >= 3 and len(self.measured) >= 5 else None
 
@@ -177,13 +184,17 @@ class MemoryModel:
             x0 = sum(x for x, _ in xy) / len(xy)
             y0 = sum(y for _, y in xy) / len(xy)
             if self._slope is not None:
-                mb = y0 + self._slope * (batch - x0)
-                err = SLOPE_SPREAD * self._slope * abs(batch - x0) + max(NOISE_FLOOR, 2 * self._noise) * mb
+                slope = self._slope * _per_sample(config)
+                mb = y0 + slope * (batch - x0)
+                err = SLOPE_SPREAD * slope * abs(batch - x0) + max(NOISE_FLOOR, 2 * self._noise) * mb
                 return MemoryPrediction(mb, err, "shared slope", n)
             static = analytic_memory_mb(self.size, config) if self.size is not None else 0.0
             top = max(0.0, y0 - min(static, y0)) / x0  # all of the non-static memory grows with the batch
             # no slope seen yet: the measured peak, with an error reaching to "all of it grows with the batch"
             return MemoryPrediction(y0, top * abs(batch - x0) + NOISE_FLOOR * y0, "shared slope", n)
+        mesh = self._mesh_fit(config)
+        if mesh is not None:
+            return mesh
         if self._ridge is not None:
             mb = self._ridge.predict(config)
             if mb > 0:
@@ -194,6 +205,18 @@ class MemoryModel:
             mb = sum(ys) / len(ys)
             return MemoryPrediction(mb, FEW_POINTS_ERROR * mb + (max(ys) - min(ys)), "across settings", n)
         return None
+
+    def _mesh_fit(self, config: Mapping[str, Any]) -> MemoryPrediction | None:
+        """A mesh never measured, where the study measured tensor- or pipeline-parallel meshes or is asked for one:
+        the mesh fit over the measurements of its group (``_memory_mesh``)."""
+        group = [(p.config, p.peak_mb) for p in self.measured if group_of(p.config) == group_of(config)]
+        if not (on_mesh(config) or any(on_mesh(c) for c, _ in group)):
+            return None
+        fit = MeshFit.fit(group, _state_mb(self.size))
+        if fit is None:
+            return None
+        mb = fit.predict(config)
+        return MemoryPrediction(mb, fit.error * mb, "mesh fit", self.n_trials) if mb > 0 else None
 
     def _bounded(self, config: Mapping[str, Any], prediction: MemoryPrediction | None) -> MemoryPrediction | None:
         """At least the peak of an out-of-memory trial of the same setting with no larger batch (certain);
@@ -297,26 +320,3 @@ def _solve(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     penalty = np.sqrt(RIDGE * max(1, n)) * np.eye(k + 1)[1:]
     coef, *_ = np.linalg.lstsq(np.vstack([a, penalty]), np.concatenate([y, np.zeros(k)]), rcond=None)
     return np.asarray(coef)
-
-
-def memory_points(trials: Iterable[Any], max_memory_mb: float | None = None) -> list[MemoryPoint]:
-    """The memory measurements of a study's finished trials (Optuna ``FrozenTrial`` s, docs/storage.md).
-
-    Complete and pruned trials are points; an oom trial (out of memory, or stopped over the budget) is a
-    lower bound of its peak, at least ``max_memory_mb``; a trial not launched (``launched`` false) or
-    without a ``config`` or a measured peak is none.
-    """
-    points = []
-    for t in trials:
-        attrs = t.user_attrs
-        config, outcome = attrs.get("config"), attrs.get("outcome")
-        if not isinstance(config, Mapping) or attrs.get("launched") is False:
-            continue
-        peak = attrs.get("peak_memory_mb")
-        if outcome == "oom":
-            floor = max(float(peak or 0.0), float(max_memory_mb or 0.0))
-            if floor > 0:
-                points.append(MemoryPoint(config, floor, at_least=True))
-        elif outcome in ("complete", "pruned", "diverged") and isinstance(peak, (int, float)) and peak > 0:
-            points.append(MemoryPoint(config, float(peak)))
-    return points

@@ -264,3 +264,11 @@ def layout_of(config: Any, layouts: Sequence[Layout]) -> Layout | None:
         if all(getattr(config, name) == value for name, value in layout.knobs().items()):
             return layout
     return None
+
+
+def mesh_label(config: Mapping[str, Any]) -> str:
+    """The mesh of a configuration's knobs (a stored config's JSON too): ``pp2.dp1.tp2``, with the pipeline's
+    schedule and micro-batches where it has one (``Layout.mesh_label``)."""
+    return Layout(int(config.get("world_size") or 1), int(config.get("tensor_parallel") or 1),
+                  int(config.get("pipeline_parallel") or 1), config.get("pipeline_schedule"),
+                  config.get("pipeline_microbatches")).mesh_label

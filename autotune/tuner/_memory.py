@@ -23,6 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.objectives import MemoryModel, MemoryPrediction, ModelSize, memory_points
+from autotune.search_space import mesh_label
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult
 from autotune.tuner._roles import ROLE_SEARCH
@@ -76,6 +77,9 @@ def gate(
     if budget is None or prediction is None or not first_run or not prediction.over(budget):
         return None
     reason = NOT_LAUNCHED + prediction.describe(budget)
+    config = trial.user_attrs.get("config") or {}
+    if int(config.get("world_size") or 1) > 1:  # which mesh (pp x dp x tp) was skipped
+        reason += f", mesh {mesh_label(config)}"
     result = TrialResult(outcome=Outcome.OOM, reason=reason, trial_dir=str(trial_dir))
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "result.json").write_text(json.dumps(result.to_json(), indent=2))
