@@ -107,6 +107,10 @@ def build_bad_plan():
     return _workload(12, 6, tp_plan={"layers.*.q": "colwise"})
 
 
+def build_inner_split():
+    return _workload(12, 6, pipeline_split=("blocks.1.q",), pipeline_loss=torch.nn.functional.cross_entropy)
+
+
 def build_bad_split():
     return _workload(12, 6, tp_plan={"blocks.*.q": "colwise"}, pipeline_split=("blocks.7",),
                      pipeline_loss=torch.nn.functional.cross_entropy)
@@ -385,6 +389,12 @@ CASES = [
          "baseline: {world_size: 4, tensor_parallel: 4}\n", "baseline:", "tensor_parallel 4 does not divide"),
         ("plan_matches_nothing", "'mesh.py:build_bad_plan'", "search_space: {world_size: 2, tensor_parallel: 2}\n",
          "Workload.tp_plan", "'layers.*.q' matches no module"),
+        ("fp16_beside_pipeline", "'mesh.py:build'",
+         "launcher: {device: cuda}\nsearch_space: {world_size: 2, pipeline_parallel: {choices: [1, 2]}, "
+         "amp: {choices: [off, fp16]}}\n", "search_space.amp", "fp16 cannot meet pipeline_parallel above 1"),
+        ("split_inside_a_block", "'mesh.py:build_inner_split'",
+         "search_space: {world_size: 2, pipeline_parallel: 2}\n", "Workload.pipeline_split",
+         "cannot start a stage at 'blocks.1.q'", "e.g. 'blocks', 'blocks.0'"),
         ("split_names_no_module", "'mesh.py:build_bad_split'",
          "search_space: {world_size: 2, pipeline_parallel: 2}\n", "Workload.pipeline_split",
          "no module 'blocks.7'"),

@@ -114,6 +114,9 @@ def mesh_problem(values: Mapping[str, Any], facts: MeshFacts | None) -> str | No
                         f"that divides it (e.g. {_largest_divisor(size, tp)})")
     if pp == 1:
         return None
+    if values.get("amp") == "fp16":
+        return (f"amp fp16 does not combine with pipeline_parallel {pp} (a pipeline has no gradient scaler); use "
+                "amp bf16 or off")
     schedule, micro = str(values.get("pipeline_schedule")), int(values.get("pipeline_microbatches") or 1)
     stages = pp * (2 if schedule == _INTERLEAVED else 1)
     if facts is not None and (facts.split_points is None or not facts.pipeline_loss):

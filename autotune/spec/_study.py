@@ -172,6 +172,13 @@ class StudySpec(BaseModel):
     def _check_mesh(self) -> None:
         """A tensor- or pipeline-parallel model is not wrapped in DDP and runs uncompiled: a study that fixes a
         degree above 1 cannot also fix one of DDP's own knobs, or compile on."""
+        amp = self.search_space.values_of("amp") or ()
+        stages = self.search_space.pipeline_parallel
+        pipelined = (isinstance(stages, IntRange) and stages.high > 1) or any(
+            v > 1 for v in self.search_space.values_of("pipeline_parallel") or ())
+        if "fp16" in amp and pipelined:
+            raise ValueError("search_space.amp: fp16 cannot meet pipeline_parallel above 1 (a pipeline has no "
+                             "gradient scaler); use {choices: [off, bf16]} or keep pipeline_parallel at 1")
         fixed = {n: v[0] for n in MESH_KNOBS if len(v := self.search_space.values_of(n) or (1,)) == 1 and v[0] > 1}
         if not fixed:
             return

@@ -57,13 +57,15 @@ def mesh_facts(workload: Workload, model: Any | None = None) -> MeshFacts:
         return MeshFacts(plan, points, pipeline_loss=staged)
     if plan is None and _hf_plan(model):
         plan = HF_PLAN
-    names = {name for name, _ in model.named_modules()}
+    modules = dict(model.named_modules())
+    names = set(modules)
+    units = sorted(n for n in names if _unit(n, modules))
     for name in split or ():
-        if name not in names:
-            blocks = [n for n in names if n.count(".") == 1][:4]
+        if name not in names or not _unit(name, modules):
+            what = "has no module" if name not in names else "cannot start a stage at"
             raise WorkloadError(
-                f"Workload.pipeline_split: the model has no module {name!r}; name modules by their full name "
-                f"(e.g. {', '.join(repr(b) for b in sorted(blocks)) or 'from model.named_modules()'})"
+                f"Workload.pipeline_split: the model {what} {name!r}; a stage starts at a top-level module or a "
+                f"child of a top-level ModuleList/ModuleDict/Sequential (e.g. {', '.join(map(repr, units[:4]))})"
             )
     for pattern in workload.tp_plan or {}:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
@@ -85,6 +87,16 @@ def build_for_facts(workload: Workload) -> Any | None:
             if isinstance(model, torch.nn.Module):
                 return model
     return None
+
+
+def _unit(name: str, modules: Mapping[str, Any]) -> bool:
+    """Whether a pipeline stage can start at module ``name``: a top-level module, or a child of a top-level
+    container (``blocks.2``)."""
+    import torch
+
+    parent, dot, _ = name.rpartition(".")
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
+    return bool(name) and (not dot or ("." not in parent and isinstance(modules.get(parent), containers)))
 
 
 def _hf_plan(model: Any) -> bool:
