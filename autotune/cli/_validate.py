@@ -97,7 +97,8 @@ def mesh_table(space: SearchSpace) -> Table:
     title = f"feasible meshes ({len(space.layouts)} layouts, searched as mesh)" if space.mesh_searched() else \
         "the mesh (fixed)"
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for column in ("ranks", "pp x dp x tp", "pipeline", "sharding on dp", "batch"):
+    carried = any(lay.batch_size is not None for lay in space.layouts)  # a batch split goes with the mesh
+    for column in ("ranks", "pp x dp x tp", "pipeline", "sharding on dp", *(("batch",) if carried else ())):
         table.add_column(column)
     sharding = _describe(space.knobs["sharding"])
     rows: dict[tuple[int, int, int], list[Any]] = {}
@@ -110,7 +111,7 @@ def mesh_table(space: SearchSpace) -> Table:
                          key=lambda b: (b[0] or 0, b[1] or 0))
         batch = ", ".join(f"{b}x{a}" if a is not None else str(b) for b, a in batches) or "-"
         table.add_row(str(pp * dp * tp), f"{pp} x {dp} x {tp}", escape(pipeline),
-                      sharding if dp > 1 else f"{sharding} (one replica)", escape(batch))
+                      sharding if dp > 1 else f"{sharding} (one replica)", *((escape(batch),) if carried else ()))
     return table
 
 

@@ -146,7 +146,7 @@ def test_validate_lists_the_feasible_meshes_and_why_others_are_not_proposed(tmp_
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "feasible meshes (11 layouts, searched as mesh)" in out
-    meshes = [line.split("│")[1].strip() for line in out.splitlines() if line.count("│") == 4 and " x " in line]
+    meshes = [line.split("│")[1].strip() for line in out.splitlines() if line.count("│") == 3 and " x " in line]
     assert meshes == ["1 x 1 x 1", "1 x 2 x 1", "1 x 1 x 2", "2 x 1 x 1", "1 x 4 x 1", "1 x 2 x 2", "2 x 2 x 1",
                       "2 x 1 x 2"]
     assert "1f1b x2, 1f1b x4" in out and "{ddp, fsdp} (one replica)" in out
