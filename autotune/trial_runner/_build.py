@@ -108,6 +108,8 @@ def wrap_on_mesh(
     parallelism on each, activation checkpointing, then the dp axis (FSDP2 over it, or averaged gradients)."""
     if cfg.compile != "off":
         raise ValueError("compile is not applied under tensor or pipeline parallelism; set compile: off")
+    if cfg.amp == "fp16" and mesh.pp > 1:
+        raise ValueError("amp fp16 needs a GradScaler, which the pipeline's schedule does not take; use amp bf16")
     model.to(device)
     stages = build_stages(model, workload.pipeline_split, cfg, mesh) if mesh.pp > 1 else [(0, model)]
     parts = []

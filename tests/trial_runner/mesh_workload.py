@@ -1,5 +1,6 @@
 """The built-in transformer for the mesh tests, with a ``sabotage`` switch: its parallelize hook then nudges one
-weight on every rank of a mesh, a parallel run that no longer trains the one-rank model."""
+weight on every rank of a mesh, a parallel run that no longer trains the one-rank model; ``plain``: without any
+of the mesh's fields."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from autotune import Workload
 from autotune.workloads import gpt
 
 
-def build(sabotage: bool = False, hook: bool = True, layers: int = 4) -> Workload:
+def build(sabotage: bool = False, hook: bool = True, layers: int = 4, plain: bool = False) -> Workload:
     workload = gpt.build(layers=layers, hook=hook)
+    if plain:  # says nothing of how its model splits
+        return replace(workload, parallelize=None, tp_plan=None, pipeline_split=None, pipeline_loss=None)
     if not sabotage:
         return workload
 

@@ -13,23 +13,26 @@ from autotune.search_space import TrialConfig
 from autotune.spec import TrialLimits
 from autotune.trial_runner import Outcome, TrialPlan, TrialResult, WarmLauncher, compare_losses, parity_plans, run_trial
 
+from .conftest import HERE
+
 pytestmark = pytest.mark.slow  # two real trials each (8-25 s on two cores)
 
-_REFERENCES: dict[tuple[int, int], TrialResult] = {}
+_REFERENCES: dict[tuple[str, int, int], TrialResult] = {}
 
 
-def _plan(**knobs: Any) -> TrialPlan:
+def _plan(entrypoint: str, args: dict[str, Any], **knobs: Any) -> TrialPlan:
     config = TrialConfig.create(base_lr=1e-3, base_batch_size=16, **{"batch_size": 16, **knobs})
-    return TrialPlan(config=config, entrypoint="autotune.workloads.gpt:build", args={}, base_dir=".",
+    return TrialPlan(config=config, entrypoint=entrypoint, args=args, base_dir=str(HERE),
                      limits=TrialLimits(max_steps=20, max_seconds=120, hang_seconds=30))
 
 
-def _parity(tmp_path: Path, launcher: WarmLauncher, **knobs: Any) -> tuple[float, int, Path]:
-    """Run the mesh and (once per global batch and accumulation) its one-rank reference; the comparison."""
-    mine, one = parity_plans(_plan(**knobs))
+def _parity(tmp_path: Path, launcher: WarmLauncher, entrypoint: str = "autotune.workloads.gpt:build",
+            args: dict[str, Any] | None = None, **knobs: Any) -> tuple[float, int, Path]:
+    """Run the mesh and (once per workload, global batch and accumulation) its one-rank reference; compare."""
+    mine, one = parity_plans(_plan(entrypoint, args or {}, **knobs))
     result = run_trial(mine, tmp_path / "mesh", launcher)
     assert result.outcome is Outcome.COMPLETE, (result.reason, result.error_lines)
-    key = (one.config.batch_size, one.config.grad_accum)
+    key = (entrypoint, one.config.batch_size, one.config.grad_accum)
     if key not in _REFERENCES:
         _REFERENCES[key] = run_trial(one, tmp_path / "one", launcher)
     reference = _REFERENCES[key]
@@ -101,3 +104,32 @@ def _model_numel() -> int:
 
 def run_windows(trial_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (trial_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_declarative_plan_alone_splits_the_heads(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    gap, steps, trial_dir = _parity(tmp_path, warm_launcher, "mesh_workload.py:build", {"hook": False},
+                                    world_size=2, tensor_parallel=2)
+    assert steps == 20 and gap < 1e-4
+    assert _applied(trial_dir)["tensor_parallel_by"] == "tp_plan"
+
+
+def test_a_hugging_face_model_splits_by_its_own_plan(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    pytest.importorskip("transformers")
+    gap, steps, trial_dir = _parity(tmp_path, warm_launcher, "hf_mesh_workload.py:build", world_size=2,
+                                    tensor_parallel=2)
+    assert steps == 20 and gap < 1e-4
+    applied = _applied(trial_dir)
+    assert applied["tensor_parallel_by"] == "hf_plan"
+    assert all(r["local_param_numel"] < r["param_numel"] for r in applied["ranks"])
+
+
+@pytest.mark.parametrize(("knobs", "message"), [
+    ({"tensor_parallel": 2}, "tensor_parallel 2: the workload says nothing of how its model splits; give "
+                             "Workload.parallelize or Workload.tp_plan"),
+    ({"pipeline_parallel": 2}, "pipeline_parallel 2: the workload names no split points; give Workload.pipeline_split"),
+])
+def test_a_workload_without_a_plan_fails_in_one_line(tmp_path: Path, warm_launcher: WarmLauncher,
+                                                     knobs: dict[str, Any], message: str) -> None:
+    result = run_trial(_plan("mesh_workload.py:build", {"plain": True}, world_size=2, **knobs), tmp_path, warm_launcher)
+    assert result.outcome is Outcome.CRASHED
+    assert message in result.reason
