@@ -212,6 +212,12 @@ def noise_lines(summary: Any) -> list[str]:
             lines.append(f"confirmed by a race: {len(race['rounds'])} rounds of ~{race.get('block_s', 0):g} s blocks "
                          f"({float(race.get('round_s') or 0):.1f} s a round), the speed-ups read within each round; "
                          f"stopped: {race.get('stopped', 'running')}{_disturbed(race)}")
+            memory = race.get("memory") or {}
+            if memory.get("mode", "race") != "race":  # the entrants did not all fit the device alive together
+                lines.append(str(memory.get("why")))
+    exhausted = summary.study.user_attrs.get("autotune_space_exhausted")  # tuner/_exhausted.py
+    if isinstance(exhausted, dict) and exhausted.get("line"):
+        lines.append(str(exhausted["line"]))
     if summary.advice:
         lines.append(summary.advice)
     if summary.left_out:

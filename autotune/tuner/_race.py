@@ -11,6 +11,8 @@ entrant and its speed-up over the baseline is known to ``confirm.precision`` (au
 within-round ratios, the drift fitted away), or at ``confirm.rounds``, or when the study's ``timeout_s`` is
 near. Each entrant is one confirmation trial (role ``confirm``, ``race: true``); the readings of every round
 are the study attribute ``autotune_race``, from which :func:`autotune.objectives.choose` makes the choice.
+Entrants are kept alive together only as far as their memory fits the device (autotune/tuner/_race_memory.py);
+past that, one not resident is launched again for its block, down to paired alternation.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from autotune.tuner._entrants import (
     start_entrant,
 )
 from autotune.tuner._observer import Observer
+from autotune.tuner._race_memory import Residency, make_room, relaunching, residency
 from autotune.tuner._recovery import heartbeats
 from autotune.tuner._results import measured_groups
 from autotune.tuner._telling import tell_interrupted
@@ -85,9 +88,14 @@ def race(
         return False
     rng = random.Random(spec.sampler.seed)
     runners: dict[str, Runner] = {}
-    record: dict[str, Any] = {"anchor": baseline.config_key, "entrants": {}, "rounds": [], "block_s": settings.block_s}
+    fit = residency(study, spec, entrants)  # alive together only as far as their memory fits the device
+    record: dict[str, Any] = {"anchor": baseline.config_key, "entrants": {}, "rounds": [], "block_s": settings.block_s,
+                              "memory": fit.to_json()}
     observer.note(f"confirmation race: {len(entrants) - 1} configuration(s) and the baseline, blocks of "
                   f"~{settings.block_s:g} s in shuffled rounds, until the leader separates (at most {settings.rounds})")
+    if fit.mode != "race":
+        observer.note(fit.line())
+        open_entrant = relaunching(open_entrant)
     with _closing(study, spec, runners, tell):
         for group in entrants:
             runner = start_entrant(study, spec, group, open_entrant, enter, beat)
@@ -101,16 +109,18 @@ def race(
                 "trials": [*group.trials[:1], runner.trial.number], "config": dict(group.config),
                 "peak_memory_mb": group.peak_memory_mb, "loss": group.loss,
             }
-        _rounds(study, spec, runners, record, observer=observer, rng=rng, clock=clock, deadline=deadline, beat=beat)
+        _rounds(study, spec, runners, record, observer=observer, rng=rng, clock=clock, deadline=deadline, beat=beat,
+                fit=fit)
     return True
 
 
 def _rounds(
     study: optuna.Study, spec: StudySpec, runners: dict[str, Runner], record: dict[str, Any], *,
     observer: Observer, rng: random.Random, clock: Callable[[], float], deadline: float | None,
-    beat: Callable[[optuna.Trial], None],
+    beat: Callable[[optuna.Trial], None], fit: Residency,
 ) -> None:
-    """The race's rounds, until it is decided, out of rounds, or out of time (module docstring)."""
+    """The race's rounds, until it is decided, out of rounds, or out of time (module docstring). Where not every
+    entrant fits the device alive, residents are ended to make room before a block (:func:`make_room`)."""
     settings, anchor = spec.confirm, record["anchor"]
     alive = [k for k, r in runners.items() if r.failed is None]
     started = clock()
@@ -118,15 +128,18 @@ def _rounds(
         order = list(alive)
         rng.shuffle(order)
         reading: dict[str, float] = {}
-        for key in order:
+        for place, key in enumerate(order):
             runner = runners[key]
             try:
+                if fit.mode != "race":
+                    make_room(fit, {k: r.entrant for k, r in runners.items()}, key, order[place + 1:])
                 window = runner.entrant.block(block_timeout(spec))
             except (EntrantFailed, RuntimeError) as e:
                 runner.failed = str(e)
                 observer.racing(f"trial #{runner.trial.number} failed in the race: {e}")
                 continue
             reading[key] = window.window_throughput_samples_s
+            fit.observe(key, window.peak_memory_mb)
             beat(runner.trial)
         record["rounds"].append(reading)
         record["round_s"] = (clock() - started) / number
