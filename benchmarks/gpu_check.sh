@@ -12,8 +12,12 @@
 #   2. `autotune trial` with amp=fp16, pin_memory=true and every GPU (up to 2) as ranks, with NCCL_DEBUG=INFO,
 #      to show the nccl backend (NCCL's own log lines in the rank log), the GradScaler and autocast dtype
 #      (applied.json), and the peak memory (on CUDA autotune reports torch.cuda.max_memory_allocated);
-#   3. a summary: the study's best configuration, its throughput and speed-up over the baseline, each trial's
-#      outcome, throughput and peak memory, and the fp16 trial's checks -> the JSON file.
+#   3. on 2+ GPUs, the parallel mesh on NCCL with the built-in transformer (autotune.workloads.gpt, bf16):
+#      `autotune trial --check-parity` at tensor_parallel 2 and at pipeline_parallel 2 (1f1b, 4 micro-batches),
+#      each beside a one-rank run of the same global batch (loss parity over 20 steps; 1e-2 for bf16);
+#      on one GPU it says the mesh needs two and skips them (two ranks cannot share a GPU under NCCL);
+#   4. a summary: the study's best configuration, its throughput and speed-up over the baseline, each trial's
+#      outcome, throughput and peak memory, the fp16 trial's checks and the mesh's parity -> the JSON file.
 # Without a CUDA GPU it says so and exits 0, running nothing.
 set -euo pipefail
 
@@ -25,7 +29,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (use --quick, --out PATH)" >&2; exit 2 ;;
   esac
 done
@@ -79,7 +83,28 @@ echo "gpu_check: one fp16 trial with pinned memory on $RANKS rank(s)"
 NCCL_DEBUG=INFO "$PY" -m autotune.cli trial "$WORK/study.yaml" --set amp=fp16 --set pin_memory=true \
   --set world_size="$RANKS" --json --dir "$WORK/fp16" > "$WORK/fp16.json"
 
-# 3. the numbers
+# 3. the parallel mesh on NCCL: tensor parallel and pipeline parallel, each checked against one rank
+cat > "$WORK/mesh.yaml" <<'EOF'
+name: gpu-check-mesh
+workload: {entrypoint: autotune.workloads.gpt:build, args: {dim: 256, heads: 8, layers: 4, seq: 128}}
+launcher: {device: cuda}
+search_space: {batch_size: 16, amp: bf16}
+trial: {max_steps: 20, max_seconds: 300}
+EOF
+for CASE in tp pp; do
+  if [[ $RANKS -lt 2 ]]; then
+    echo "gpu_check: the $CASE mesh needs 2 GPUs (this machine has $NGPU); skipped"
+    echo '{"skipped": "needs 2 GPUs"}' > "$WORK/mesh_$CASE.json"
+    continue
+  fi
+  if [[ $CASE == tp ]]; then SETS=(--set tensor_parallel=2); else
+    SETS=(--set pipeline_parallel=2 --set pipeline_schedule=1f1b --set pipeline_microbatches=4); fi
+  echo "gpu_check: the $CASE mesh on 2 GPUs beside one rank (--check-parity)"
+  "$PY" -m autotune.cli trial "$WORK/mesh.yaml" --set world_size=2 "${SETS[@]}" --check-parity --json \
+    --dir "$WORK/mesh_$CASE" > "$WORK/mesh_$CASE.json" || true
+done
+
+# 4. the numbers
 "$PY" - "$WORK" "$OUT" "$STARTED" "$RANKS" <<'EOF'
 import datetime
 import json
@@ -139,13 +164,21 @@ record = {
             "pin_memory": (applied.get("dataloader") or {}).get("pin_memory"),
             "nccl_in_rank0_log": "NCCL INFO" in rank0,
         },
+        "mesh": {},  # tp, pp: the parity of each (or why it did not run)
     },
 }
+for case in ("tp", "pp"):
+    text = (work / f"mesh_{case}.json").read_text()
+    answer = json.loads(text) if text.strip() else {"failed": "no answer (see the trial folder)"}
+    record["results"]["mesh"][case] = answer.get("parity", answer)
 out.write_text(json.dumps(record, indent=2, default=str) + "\n")
 checks = record["results"]["fp16_trial"]
 print(json.dumps(checks, indent=2))
 ok = checks["outcome"] == "complete" and checks["grad_scaler"] is True and checks["autocast_dtype"] == "float16"
 ok = ok and (ranks == 1 or checks["nccl_in_rank0_log"])
-print(f"gpu_check: wrote {out}; fp16/GradScaler/nccl checks {'passed' if ok else 'FAILED'}")
+mesh = record["results"]["mesh"]
+print(json.dumps(mesh, indent=2))
+ok = ok and (ranks == 1 or all(m.get("ok") is True for m in mesh.values()))
+print(f"gpu_check: wrote {out}; fp16/GradScaler/nccl/mesh parity checks {'passed' if ok else 'FAILED'}")
 sys.exit(0 if ok else 1)
 EOF
