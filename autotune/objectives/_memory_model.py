@@ -219,25 +219,41 @@ class MemoryModel:
         return MemoryPrediction(mb, fit.error * mb, "mesh fit", self.n_trials) if mb > 0 else None
 
     def _bounded(self, config: Mapping[str, Any], prediction: MemoryPrediction | None) -> MemoryPrediction | None:
-        """At least the peak of an out-of-memory trial of the same setting with no larger batch (certain);
-        between a measured batch and a larger one that ran out, at least the line through the two."""
+        """At least the peak of an out-of-memory trial of the same setting with no larger batch, or of a mesh
+        whose rank held no more training state and activations (certain); between a measured batch and a larger
+        one that ran out, at least the line through the two."""
         setting, batch = setting_of(config), float(config.get("batch_size", 1))
         bounds = [
             (float(p.config.get("batch_size", 1)), p.peak_mb) for p in self.bounds if setting_of(p.config) == setting
         ]
         floors = [y for x, y in bounds if x <= batch]
-        if floors:
-            floor = max(floors)
+        meshes = _mesh_floors(config, self.bounds)
+        if floors or meshes:
+            floor = max(floors + meshes)
             if prediction is not None and prediction.mb - prediction.error_mb >= floor:
                 return prediction
             mb = max(floor, prediction.mb if prediction is not None else floor)
-            return MemoryPrediction(mb, 0.0, "out of memory at a batch no larger", self.n_trials, certain=True)
+            basis = "out of memory at a batch no larger" if floor in floors else \
+                "out of memory on a mesh whose ranks held no more"
+            return MemoryPrediction(mb, 0.0, basis, self.n_trials, certain=True)
         below = [(x, y) for x, y in self._settings.get(setting, []) if x < batch]
         lines = [y0 + (yb - y0) * (batch - x0) / (xb - x0) for x0, y0 in below for xb, yb in bounds if xb > batch]
         if lines and (prediction is None or max(lines) > prediction.mb):
             mb = max(lines)  # a lower bound while memory is linear in the batch
             return MemoryPrediction(mb, NOISE_FLOOR * mb, "between a measured batch and an oom", self.n_trials)
         return prediction
+
+
+def _mesh_floors(config: Mapping[str, Any], bounds: Sequence[MemoryPoint]) -> list[float]:
+    """The peaks of out-of-memory trials on another mesh (tensor- or pipeline-parallel, one or the other) whose
+    rank held no more of the training state and no more activation samples than ``config``'s would."""
+    static, act = mesh_shares(config)
+    return [
+        p.peak_mb for p in bounds
+        if group_of(p.config) == group_of(config) and setting_of(p.config) != setting_of(config)
+        and (on_mesh(p.config) or on_mesh(config))
+        and mesh_shares(p.config)[0] <= static and mesh_shares(p.config)[1] <= act
+    ]
 
 
 def _line(xy: Sequence[tuple[float, float]]) -> tuple[float, float] | None:

@@ -20,6 +20,7 @@ from autotune.report._history import HistoryData, history_data
 from autotune.report._importance import ImportanceData, importance_data
 from autotune.report._intermediate import IntermediateData, intermediate_data
 from autotune.report._memory_prediction import MemoryPredictionData, memory_prediction_data
+from autotune.report._mesh import MeshData, mesh_data
 from autotune.report._parallel import ParallelData, parallel_data
 from autotune.report._pareto import ParetoData, pareto_data
 from autotune.report._records import metric_names, objective_directions
@@ -42,6 +43,7 @@ class ReportData(NamedTuple):
     memory: BatchData
     memory_prediction: MemoryPredictionData
     scale: ScaleData
+    mesh: MeshData
     importance: ImportanceData
     parallel: ParallelData
     intermediate: IntermediateData
@@ -67,6 +69,7 @@ def report_data(study: optuna.Study, spec: StudySpec | None = None, now: datetim
         memory=memory_vs_batch_data(study, spec),
         memory_prediction=memory_prediction_data(study, spec),
         scale=scale_data(study, spec),
+        mesh=mesh_data(study),
         importance=importance_data(study),
         parallel=parallel_data(study),
         intermediate=intermediate_data(study),

@@ -23,6 +23,7 @@ from autotune.report._figures import (
     pareto_figure,
     timeline_figure,
 )
+from autotune.report._mesh_figure import mesh_figure
 from autotune.report._scale_figure import scale_figure
 
 if TYPE_CHECKING:
@@ -70,6 +71,12 @@ def build_sections(data: ReportData) -> list[Section]:
                 "The best throughput predicted at more ranks than the study ran (`autotune plan` at each world "
                 "size: a model of compute, sync and their overlap fitted to the trials), with its 90% interval, "
                 "beside the best measured at each world size.", scale_figure(data.scale), data.scale.note),
+        *([Section("mesh", "Throughput by mesh",
+                   "Each parallel mesh the study ran (pipeline x data x tensor parallel, with the pipeline's "
+                   "schedule and micro-batches, and the sharding on the data-parallel axis): its best measured "
+                   "throughput, each complete trial, and crosses where a configuration was predicted over the "
+                   "memory budget and never launched.", mesh_figure(data.mesh), _mesh_note(data))]
+          if data.mesh.shown else []),
         Section("anatomy", "Step anatomy",
                 "Where each configuration's step went (the slowest rank, each part's median over its trials): "
                 "waiting for the next batch, forward/backward, gradient synchronisation not hidden behind "
@@ -95,6 +102,16 @@ def build_sections(data: ReportData) -> list[Section]:
                 None if data.feasibility.rows else "no complete trial yet"),
     ]
     return sections
+
+
+def _mesh_note(data: ReportData) -> str | None:
+    """The fastest mesh measured, and the meshes never launched (predicted over the memory budget)."""
+    rows = data.mesh.rows
+    parts = [f"fastest: {rows[0].label} at {rows[0].best:,.0f} samples/s"] if rows and rows[0].best else []
+    skipped = [row.label for row in rows if row.not_launched]
+    if skipped:
+        parts.append(f"not launched (predicted over the memory budget): {', '.join(skipped)}")
+    return "; ".join(parts) or None
 
 
 def _prediction_note(data: ReportData) -> str | None:

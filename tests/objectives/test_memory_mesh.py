@@ -91,3 +91,16 @@ def test_a_model_too_large_for_one_rank_is_predicted_over_the_budget_only_where_
     }.items()}
     assert over == {"one rank": True, "dp 4": True, "fsdp 4": False, "tp 2": False, "tp 2 x pp 2": False,
                     "pp 2": False}
+
+
+def test_a_mesh_that_ran_out_of_memory_bounds_every_mesh_whose_ranks_would_hold_no_less() -> None:
+    oom = MemoryPoint(config(world=2, tp=2, batch=16), 1000.0, at_least=True)
+    model = MemoryModel([oom])
+    for more in (config(batch=16), config(world=4, batch=32), config(world=2, pp=2, batch=32, schedule="gpipe")):
+        prediction = model.predict(more)
+        assert prediction is not None and prediction.certain and prediction.over(900.0), more
+        assert prediction.basis == "out of memory on a mesh whose ranks held no more"
+    for less in (config(world=4, tp=2, pp=2, batch=16), config(world=4, tp=4, batch=16), config(world=2, tp=2,
+                                                                                            batch=8)):
+        prediction = model.predict(less)
+        assert prediction is None or not prediction.certain, less
