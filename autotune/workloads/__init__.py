@@ -18,6 +18,9 @@ name one in a study file as ``workload.entrypoint``:
 - ``autotune.workloads.text_shards:build`` — the ``lm`` transformer streamed from tokenised shard files
   through an IterableDataset (no ``len()``). Args: d_model, n_layers, n_heads, seq_len, max_bytes,
   shard_tokens, cache_dir, seed.
+- ``autotune.workloads.gpt:build`` — a small decoder-only transformer on synthetic bigram-chain tokens, with
+  everything the parallel mesh needs: a tensor-parallel plan and ``parallelize`` hook, pipeline split points
+  and the pipeline's loss (docs/parallel.md). Args: vocab, dim, heads, layers, seq, samples, seed, hook.
 
 Importing this package imports none of them (nor torch); the entrypoint loader imports the one named.
 """

@@ -54,6 +54,7 @@ def test_tensor_parallel_trains_the_one_rank_model(tmp_path: Path, warm_launcher
     assert all(r["param_numel"] / 2 < r["local_param_numel"] < r["param_numel"] for r in ranks)
     window = run_windows(trial_dir)[-1]
     assert window["step_anatomy"]["tp_comm_exposed_s"] > 0 and window["step_anatomy"]["pipeline_bubble_s"] is None
+    _parts_add_up(trial_dir)
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
@@ -66,6 +67,7 @@ def test_pipeline_trains_the_one_rank_model(tmp_path: Path, warm_launcher: WarmL
     assert sum(r["local_param_numel"] for r in ranks) == _model_numel()  # the stages hold the model once
     anatomy = run_windows(trial_dir)[-1]["step_anatomy"]
     assert anatomy["pipeline_bubble_s"] > 0 and anatomy["tp_comm_exposed_s"] is None
+    _parts_add_up(trial_dir)
 
 
 def test_interleaved_pipeline_with_accumulation(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
@@ -94,6 +96,17 @@ def test_tensor_by_pipeline_parallel(tmp_path: Path, warm_launcher: WarmLauncher
 def test_data_parallel_beside_tensor_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
     gap, steps, _ = _parity(tmp_path, warm_launcher, world_size=4, tensor_parallel=2, batch_size=8)
     assert steps == 20 and gap < 1e-4
+
+
+def _parts_add_up(trial_dir: Path) -> None:
+    """Each window's timed parts (the bubble and the tp collectives among them) fit in its step: none is counted
+    twice, and ``other_s`` is the rest."""
+    for window in run_windows(trial_dir):
+        anatomy, step_s = window["step_anatomy"], 16 / window["window_throughput_samples_s"]
+        timed = sum(anatomy[k] or 0.0 for k in ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s",
+                                                "pipeline_bubble_s", "tp_comm_exposed_s"))
+        assert timed <= step_s * 1.01 + 1e-4
+        assert timed + anatomy["other_s"] == pytest.approx(step_s, rel=1e-3, abs=1e-5)
 
 
 def _model_numel() -> int:
