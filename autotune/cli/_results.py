@@ -14,7 +14,7 @@ from autotune.cli._run_summary import noise_lines
 from autotune.cli._style import OUTCOME_STYLE, fmt
 from autotune.errors import UsageError
 from autotune.objectives import Pooled, compile_payback, complete_trials, half_width, reading_noise
-from autotune.search_space import BatchSplit
+from autotune.search_space import BatchSplit, mesh_label
 from autotune.spec import StudySpec
 from autotune.tuner import (
     FINGERPRINT_ATTR,
@@ -51,6 +51,7 @@ def best_payload(study_file: str, storage: str | None = None) -> dict[str, Any]:
             "global_batch": config.global_batch, "lr": config.lr, "device": config.device,
             "global_batch_held": bool(summary.global_batch_held),  # constraints.global_batch
             "split": BatchSplit(config.batch_size, config.grad_accum, config.world_size).label,  # bs x accum x ranks
+            "data_parallel": config.data_parallel, "mesh": mesh_label(config.knobs()),  # pp x dp x tp
         },
         "metrics": {
             spec.objectives[0].key + "_median": summary.best.median,  # the chosen metric (time_to_loss_s...)

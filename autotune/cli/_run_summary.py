@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.cli._style import fmt
 from autotune.objectives import TimeToLossRow, compile_payback, complete_trials, explain_choice, loss_noise_floor
-from autotune.search_space import BatchSplit, TrialConfig
+from autotune.search_space import BatchSplit, TrialConfig, mesh_label
 
 
 def print_summary(console: Console, summary: object, spec: Any = None) -> None:
@@ -120,7 +120,6 @@ def _verdict(console: Console, summary: Any) -> None:
 
 def _notes(console: Console, summary: Any) -> None:
     """The configurations not launched (predicted over the memory budget) and a compiled choice's payback."""
-    from autotune.search_space import mesh_label
     from autotune.tuner import not_launched
 
     skipped = not_launched(summary.study)
@@ -145,7 +144,9 @@ def held_line(config: TrialConfig, held: tuple[int, ...]) -> str:
     split = BatchSplit(config.batch_size, config.grad_accum, config.world_size)
     return (f"global batch held at {values} (constraints.global_batch): only its splits were tried, each at the "
             f"workload's base_lr (lr {config.lr:.3g}; lr_scaling not applied); the best splits {config.global_batch} "
-            f"as {split.label} (batch_size x grad_accum x world_size)")
+            f"as {split.label} (batch_size x grad_accum x world_size)"
+            + (f" on the mesh {mesh_label(config.knobs())} (pp x dp x tp: {config.data_parallel} data-parallel "
+               "replicas)" if config.data_parallel != config.world_size else ""))
 
 
 def anatomy_line(summary: Any) -> str | None:

@@ -95,3 +95,14 @@ def test_throughput_by_mesh_and_the_meshes_skipped_over_the_budget(tmp_path: Pat
     meshes = {mesh_label(t.user_attrs["config"]) for t in skipped}
     assert "not launched: predicted over the memory budget" in text and "; meshes " in text
     assert all(m in text for m in meshes)
+
+
+def test_best_shows_the_mesh_knobs_and_the_mesh(tmp_path: Path) -> None:
+    _study(tmp_path)
+    from autotune.cli._results import best_payload
+
+    payload = best_payload(str(tmp_path / "study.yaml"), None)
+    assert (payload["config"]["tensor_parallel"], payload["config"]["pipeline_parallel"]) == (2, 2)
+    assert payload["config"]["pipeline_schedule"] == "1f1b" and payload["config"]["pipeline_microbatches"] == 2
+    assert payload["derived"]["mesh"] == "pp2.dp1.tp2.1f1b.mb2" and payload["derived"]["data_parallel"] == 1
+    assert payload["derived"]["global_batch"] == 8  # batch_size x grad_accum x data_parallel
