@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from autotune.errors import WorkloadError
 from autotune.workload import Workload
 from autotune.workloads._common import check_sizes, seeded_model
 
@@ -195,13 +196,13 @@ def build(
     check_sizes("gpt", {"vocab": vocab, "dim": dim, "heads": heads, "layers": layers, "seq": seq,
                         "samples": samples, "seed": seed}, {"seed": 0})
     if dim % heads:
-        raise ValueError(f"gpt: dim ({dim}) must be a multiple of heads ({heads})")
+        raise WorkloadError(f"gpt: dim ({dim}) must be a multiple of heads ({heads})")
     data = functools.partial(BigramTokens, vocab=vocab, seq=seq, seed=seed)
     return Workload(
         model=functools.partial(seeded_model, seed, GPT, vocab, dim, heads, layers, seq),
         dataset=functools.partial(data, samples),
         loss=lm_loss,
-        optimizer=lambda params, lr: torch.optim.AdamW(params, lr=lr, weight_decay=0.0),
+        optimizer=functools.partial(torch.optim.AdamW, weight_decay=0.0),
         base_lr=1e-3,
         base_batch_size=16,
         checkpoint_modules=(Block,),

@@ -23,6 +23,7 @@ TINY: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": 64, "depth": 2, "input_dim": 16, "samples": 512, "transform_cost": 2, "seed": 3},
     "convnet": {"width": 8, "depth": 2, "image_size": 16, "samples": 256, "num_classes": 4, "seed": 3},
     "lm": {"d_model": 32, "n_layers": 2, "n_heads": 2, "seq_len": 32, "max_bytes": 60_000, "seed": 3},
+    "gpt": {"vocab": 32, "dim": 32, "heads": 2, "layers": 2, "seq": 32, "samples": 512, "seed": 3},
 }
 NAMES = sorted(TINY)
 
@@ -126,7 +127,7 @@ def test_model_contains_its_checkpoint_modules(name: str) -> None:
     workload = load(name)
     assert workload.checkpoint_modules
     model = workload.model()
-    blocks = TINY[name]["n_layers" if name == "lm" else "depth"]
+    blocks = TINY[name]["n_layers" if name == "lm" else "layers" if name == "gpt" else "depth"]
     for kind in workload.checkpoint_modules:
         assert sum(isinstance(m, kind) for m in model.modules()) == blocks
 
@@ -161,7 +162,8 @@ def test_model_factory_is_seeded_without_touching_the_global_rng(name: str) -> N
     assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters(), strict=True))
 
 
-@pytest.mark.parametrize(("name", "steps", "batch_size"), [("mlp", 40, 32), ("lm", 40, 16), ("convnet", 60, 32)])
+@pytest.mark.parametrize(("name", "steps", "batch_size"),
+                         [("mlp", 40, 32), ("lm", 40, 16), ("convnet", 60, 32), ("gpt", 40, 16)])
 def test_adamw_at_base_lr_lowers_the_loss(name: str, steps: int, batch_size: int) -> None:
     workload = load(name, samples=2048) if name != "lm" else load(name)
     model = workload.model()
@@ -213,6 +215,8 @@ def test_lm_text_comes_from_the_stdlib_sources() -> None:
         ("convnet", {"width": 2.5}, "width"),
         ("lm", {"d_model": 30, "n_heads": 4}, "n_heads"),
         ("lm", {"seq_len": 128, "max_bytes": 100}, "max_bytes"),
+        ("gpt", {"dim": 30, "heads": 4}, "heads"),
+        ("gpt", {"layers": 0}, "layers"),
     ],
 )
 def test_bad_size_arguments_are_one_line_workload_errors(name: str, args: dict[str, Any], named: str) -> None:
