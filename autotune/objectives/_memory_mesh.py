@@ -123,3 +123,33 @@ def _nnls(rows: Sequence[tuple[tuple[float, float], float]], state_mb: float | N
             best = (residual, (full[0], full[1], full[2]))
     assert best is not None  # (0,) always solves
     return best[1]
+
+
+def mesh_floors(config: Mapping[str, Any], bounds: Sequence[tuple[Mapping[str, Any], float]]) -> list[float]:
+    """The peaks of out-of-memory trials (``bounds``: their configs and peaks, of other settings) on another mesh
+    (a tensor- or pipeline-parallel one on either side) whose ranks held no more of the training state and no
+    more activation samples than ``config``'s would: each a floor of its peak."""
+    static, act = mesh_shares(config)
+    return [
+        peak for c, peak in bounds
+        if group_of(c) == group_of(config) and (on_mesh(c) or on_mesh(config))
+        and mesh_shares(c)[0] <= static and mesh_shares(c)[1] <= act
+    ]
+
+
+def mesh_lower_bound(
+    config: Mapping[str, Any], group: Sequence[tuple[Mapping[str, Any], float]], state_mb: float | None,
+) -> float | None:
+    """Too few trials for a :class:`MeshFit`, but the model's training state known (MB): a trial of the group on a
+    mesh of no fewer ranks (whose processes share no more of the library's pages) with no more activation
+    samples than ``config`` bounds it from below by its peak plus the state ``config``'s ranks would hold beyond
+    its own. None without such a trial."""
+    if state_mb is None:
+        return None
+    static, act = mesh_shares(config)
+    world = int(config.get("world_size") or 1)
+    bounds = [
+        peak + state_mb * (static - mesh_shares(c)[0]) for c, peak in group
+        if mesh_shares(c)[1] <= act and int(c.get("world_size") or 1) >= world
+    ]
+    return max(bounds) if bounds and max(bounds) > 0 else None

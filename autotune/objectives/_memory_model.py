@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.objectives._memory_mesh import MeshFit, group_of, mesh_shares, on_mesh
+from autotune.objectives._memory_mesh import MeshFit, group_of, mesh_floors, mesh_lower_bound, mesh_shares, on_mesh
 from autotune.objectives._memory_points import MemoryPoint, memory_points
 
 __all__ = [
@@ -212,9 +212,12 @@ class MemoryModel:
         group = [(p.config, p.peak_mb) for p in self.measured if group_of(p.config) == group_of(config)]
         if not (on_mesh(config) or any(on_mesh(c) for c, _ in group)):
             return None
-        fit = MeshFit.fit(group, _state_mb(self.size))
+        state = _state_mb(self.size)
+        fit = MeshFit.fit(group, state)
         if fit is None:
-            return None
+            bound = mesh_lower_bound(config, group, state)
+            return None if bound is None else MemoryPrediction(bound, NOISE_FLOOR * bound, "mesh lower bound",
+                                                               self.n_trials)
         mb = fit.predict(config)
         return MemoryPrediction(mb, fit.error * mb, "mesh fit", self.n_trials) if mb > 0 else None
 
@@ -227,7 +230,8 @@ class MemoryModel:
             (float(p.config.get("batch_size", 1)), p.peak_mb) for p in self.bounds if setting_of(p.config) == setting
         ]
         floors = [y for x, y in bounds if x <= batch]
-        meshes = _mesh_floors(config, self.bounds)
+        others = [(p.config, p.peak_mb) for p in self.bounds if setting_of(p.config) != setting]
+        meshes = mesh_floors(config, others)
         if floors or meshes:
             floor = max(floors + meshes)
             if prediction is not None and prediction.mb - prediction.error_mb >= floor:
@@ -242,18 +246,6 @@ class MemoryModel:
             mb = max(lines)  # a lower bound while memory is linear in the batch
             return MemoryPrediction(mb, NOISE_FLOOR * mb, "between a measured batch and an oom", self.n_trials)
         return prediction
-
-
-def _mesh_floors(config: Mapping[str, Any], bounds: Sequence[MemoryPoint]) -> list[float]:
-    """The peaks of out-of-memory trials on another mesh (tensor- or pipeline-parallel, one or the other) whose
-    rank held no more of the training state and no more activation samples than ``config``'s would."""
-    static, act = mesh_shares(config)
-    return [
-        p.peak_mb for p in bounds
-        if group_of(p.config) == group_of(config) and setting_of(p.config) != setting_of(config)
-        and (on_mesh(p.config) or on_mesh(config))
-        and mesh_shares(p.config)[0] <= static and mesh_shares(p.config)[1] <= act
-    ]
 
 
 def _line(xy: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
