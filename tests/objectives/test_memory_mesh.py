@@ -114,5 +114,7 @@ def test_one_trial_and_the_models_size_bound_a_mesh_that_holds_more_from_below()
     replicated = model.predict(config(world=4, batch=16))  # all of the state, 16 activation samples: >= 690 MB
     assert replicated is not None and replicated.basis == "mesh lower bound"
     assert replicated.mb == pytest.approx(500.0 + state * 0.5) and replicated.over(650.0)
-    fewer_ranks = model.predict(config(world=2, tp=2, batch=16))  # fewer processes sharing pages: no bound
-    assert fewer_ranks is None or fewer_ranks.basis != "mesh lower bound"
+    more_ranks = model.predict(config(world=8, batch=16))  # more processes sharing the library's pages: no bound
+    assert more_ranks is None or more_ranks.basis != "mesh lower bound"
+    fewer = model.predict(config(world=2, batch=16))
+    assert fewer is not None and fewer.basis == "mesh lower bound" and fewer.mb == pytest.approx(500.0 + state * 0.5)
