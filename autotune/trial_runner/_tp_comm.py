@@ -34,13 +34,16 @@ def _wait(value: Any) -> None:
 
 
 def _style(module: torch.nn.Module) -> str | None:
+    """colwise or rowwise: how the module's weight is split over the mesh's ``tp`` axis (under FSDP2 x TP the
+    weight's mesh is (dp, tp), its placement on tp the one that counts); None when it is not split over tp."""
     from torch.distributed.tensor import DTensor, Shard
 
     weight = getattr(module, "weight", None)
-    if not isinstance(weight, DTensor) or weight.device_mesh.ndim != 1:
+    names = weight.device_mesh.mesh_dim_names or () if isinstance(weight, DTensor) else ()
+    if not isinstance(weight, DTensor) or "tp" not in names:
         return None
-    placement = weight.placements[0]
-    if isinstance(placement, Shard):
+    placement = weight.placements[names.index("tp")]
+    if type(placement) is Shard:
         return "colwise" if placement.dim == 0 else "rowwise" if placement.dim == 1 else None
     return None
 
@@ -88,12 +91,15 @@ def _watch_colwise(module: torch.nn.Module, laps: StepLaps) -> None:
             _wait(grad)
             if marks:
                 laps.lap(TP_COMM, marks.pop())
+                marks.clear()
 
         x.register_hook(reduced)
         return (x, *args[1:])
 
     def distributed_input(_module: Any, args: Any) -> None:  # after it: the DTensor input
-        if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+        from torch.distributed.tensor import DTensor
+
+        if args and isinstance(args[0], DTensor) and args[0].requires_grad:
             args[0].register_hook(lambda grad: marks.append(laps.mark()))
 
     module.register_forward_pre_hook(local_input, prepend=True)

@@ -17,7 +17,7 @@ from .conftest import HERE
 
 pytestmark = pytest.mark.slow  # two real trials each (8-25 s on two cores)
 
-_REFERENCES: dict[tuple[str, int, int], TrialResult] = {}
+_REFERENCES: dict[tuple[str, int, int, int], TrialResult] = {}
 
 
 def _plan(entrypoint: str, args: dict[str, Any], **knobs: Any) -> TrialPlan:
@@ -27,12 +27,13 @@ def _plan(entrypoint: str, args: dict[str, Any], **knobs: Any) -> TrialPlan:
 
 
 def _parity(tmp_path: Path, launcher: WarmLauncher, entrypoint: str = "autotune.workloads.gpt:build",
-            args: dict[str, Any] | None = None, **knobs: Any) -> tuple[float, int, Path]:
-    """Run the mesh and (once per workload, global batch and accumulation) its one-rank reference; compare."""
-    mine, one = parity_plans(_plan(entrypoint, args or {}, **knobs))
+            args: dict[str, Any] | None = None, steps: int = 20, **knobs: Any) -> tuple[float, int, Path]:
+    """Run the mesh and (once per workload, global batch, accumulation and length) its one-rank reference;
+    compare. The mesh kinds the issue names run 20 steps; the other paths 8 (the suite's time)."""
+    mine, one = parity_plans(_plan(entrypoint, args or {}, **knobs), steps)
     result = run_trial(mine, tmp_path / "mesh", launcher)
     assert result.outcome is Outcome.COMPLETE, (result.reason, result.error_lines)
-    key = (entrypoint, one.config.batch_size, one.config.grad_accum)
+    key = (entrypoint, one.config.batch_size, one.config.grad_accum, steps)
     if key not in _REFERENCES:
         _REFERENCES[key] = run_trial(one, tmp_path / "one", launcher)
     reference = _REFERENCES[key]
@@ -72,8 +73,8 @@ def test_pipeline_trains_the_one_rank_model(tmp_path: Path, warm_launcher: WarmL
 
 def test_interleaved_pipeline_with_accumulation(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
     gap, steps, _ = _parity(tmp_path, warm_launcher, world_size=2, pipeline_parallel=2, batch_size=8, grad_accum=2,
-                            pipeline_schedule="interleaved_1f1b", pipeline_microbatches=2)
-    assert steps == 20 and gap < 1e-4
+                            pipeline_schedule="interleaved_1f1b", pipeline_microbatches=2, steps=8)
+    assert steps == 8 and gap < 1e-4
 
 
 def test_fsdp_by_tensor_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
@@ -83,6 +84,8 @@ def test_fsdp_by_tensor_parallel(tmp_path: Path, warm_launcher: WarmLauncher) ->
     ranks = _applied(trial_dir)["ranks"]
     assert [(r["mesh"]["dp"], r["mesh"]["tp"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(r["local_param_numel"] < r["param_numel"] / 2 for r in ranks)  # sharded over dp and tp
+    assert run_windows(trial_dir)[-1]["step_anatomy"]["tp_comm_exposed_s"] > 0  # the (dp, tp) weights' tp axis
+    _parts_add_up(trial_dir)
 
 
 def test_tensor_by_pipeline_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
@@ -91,11 +94,12 @@ def test_tensor_by_pipeline_parallel(tmp_path: Path, warm_launcher: WarmLauncher
     assert steps == 20 and gap < 1e-4
     ranks = _applied(trial_dir)["ranks"]
     assert [(r["mesh"]["pp"], r["mesh"]["tp"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    _parts_add_up(trial_dir)
 
 
 def test_data_parallel_beside_tensor_parallel(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
-    gap, steps, _ = _parity(tmp_path, warm_launcher, world_size=4, tensor_parallel=2, batch_size=8)
-    assert steps == 20 and gap < 1e-4
+    gap, steps, _ = _parity(tmp_path, warm_launcher, world_size=4, tensor_parallel=2, batch_size=8, steps=8)
+    assert steps == 8 and gap < 1e-4
 
 
 def _parts_add_up(trial_dir: Path) -> None:
@@ -121,16 +125,16 @@ def run_windows(trial_dir: Path) -> list[dict[str, Any]]:
 
 def test_the_declarative_plan_alone_splits_the_heads(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
     gap, steps, trial_dir = _parity(tmp_path, warm_launcher, "mesh_workload.py:build", {"hook": False},
-                                    world_size=2, tensor_parallel=2)
-    assert steps == 20 and gap < 1e-4
+                                    world_size=2, tensor_parallel=2, steps=8)
+    assert steps == 8 and gap < 1e-4
     assert _applied(trial_dir)["tensor_parallel_by"] == "tp_plan"
 
 
 def test_a_hugging_face_model_splits_by_its_own_plan(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
     pytest.importorskip("transformers")
     gap, steps, trial_dir = _parity(tmp_path, warm_launcher, "hf_mesh_workload.py:build", world_size=2,
-                                    tensor_parallel=2)
-    assert steps == 20 and gap < 1e-4
+                                    tensor_parallel=2, steps=8)
+    assert steps == 8 and gap < 1e-4
     applied = _applied(trial_dir)
     assert applied["tensor_parallel_by"] == "hf_plan"
     assert all(r["local_param_numel"] < r["param_numel"] for r in applied["ranks"])
