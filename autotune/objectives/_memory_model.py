@@ -216,8 +216,8 @@ class MemoryModel:
         fit = MeshFit.fit(group, state)
         if fit is None:
             bound = mesh_lower_bound(config, group, state)
-            return None if bound is None else MemoryPrediction(bound, NOISE_FLOOR * bound, "mesh lower bound",
-                                                               self.n_trials)
+            # no error below it: the activations it leaves out (>= 0) are its margin
+            return None if bound is None else MemoryPrediction(bound, 0.0, "mesh lower bound", self.n_trials)
         mb = fit.predict(config)
         return MemoryPrediction(mb, fit.error * mb, "mesh fit", self.n_trials) if mb > 0 else None
 
