@@ -20,9 +20,17 @@ SPACE = {"batch_size": {"choices": [16, 32, 64]}}
 TRIAL = {"warmup_steps": 2, "max_steps": 20, "report_every": 3}
 
 
-def _run(sd: StudyDir, landscape: Callable[[TrialConfig, int], Measured], n_trials: int = 4) -> TuneSummary:
+def _run(sd: StudyDir, landscape: Callable[[TrialConfig, int], Measured], n_trials: int = 4,
+         again: int | None = None) -> TuneSummary:
+    """The study; with ``again``, that batch size queued once more right after the baseline: the search proposes
+    no configuration twice, and a second reading of one is queued on purpose."""
     spec = load_spec(str(sd.file))
-    return Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=n_trials)
+    tuner = Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape))
+    if again is not None:
+        study = tuner.open()
+        tuner.ensure_baseline(study)
+        study.enqueue_trial({"batch_size": again})
+    return tuner.run(n_trials=n_trials)
 
 
 def _confirm_runs(study: optuna.Study) -> Counter[int]:
@@ -41,7 +49,7 @@ def test_leaders_that_max_repeats_could_not_separate_are_called_a_tie_without_mo
 
     sd = study_dir("noisy-tie", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
                    pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 2, "repeats": 1, "max_repeats": 3})
-    summary = _run(sd, landscape)
+    summary = _run(sd, landscape, again=32)  # the baseline's configuration read twice in the search
     runs = _confirm_runs(summary.study)
     assert runs[32] == 1 and runs[64] == 1  # `repeats` only: the re-runs left could not separate them
     assert runs[16] == 0  # not among the top_k
@@ -79,7 +87,7 @@ def test_separated_leaders_stop_at_repeats_and_say_best_by(study_dir: Callable[.
 
     sd = study_dir("noisy-apart", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
                    pruner={"name": "none"}, confirm={"method": "reruns", "top_k": 1, "repeats": 2, "max_repeats": 6})
-    summary = _run(sd, landscape)
+    summary = _run(sd, landscape, again=32)
     assert _confirm_runs(summary.study) == Counter({64: 2, 32: 2})  # separated after `repeats`: no more
     record = summary.study.user_attrs["autotune_confirmation"]
     assert record["separated"] is True and record["statement"].startswith("best by 49% (± ")  # 1485 / 1000

@@ -12,7 +12,7 @@ from autotune.cli._results import print_status
 from autotune.objectives import measured_groups, pooled_sd, reading_noise
 from autotune.search_space import TrialConfig
 from autotune.trial_result import t975
-from autotune.tuner import Measured, NoLaunch, Tuner, replay_runner
+from autotune.tuner import Measured, NoLaunch, Tuner, TuneSummary, replay_runner
 from autotune.workload_check import load_spec
 
 from .conftest import StudyDir
@@ -26,6 +26,16 @@ def _landscape(config: TrialConfig, repeat: int) -> Measured:
     return Measured(centre * (1.01 if repeat % 2 else 0.99))
 
 
+def _run(sd: StudyDir, landscape: Callable[[TrialConfig, int], Measured]) -> TuneSummary:
+    """Three search trials: the baseline (batch 32), 32 again (queued on purpose: the search proposes no
+    configuration twice), and one more of the grid."""
+    tuner = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(landscape))
+    study = tuner.open()
+    tuner.ensure_baseline(study)
+    study.enqueue_trial({"batch_size": 32})
+    return tuner.run(n_trials=3)
+
+
 def test_status_gives_each_trial_at_least_the_studys_interval_of_one_run(study_dir: Callable[..., StudyDir]) -> None:
     """A trial's windows agree with each other (its throughput_spread is ~0 in this landscape) while re-runs of
     its configuration differ by 2%: once the study has re-measured configurations, `autotune status` shows a
@@ -33,7 +43,7 @@ def test_status_gives_each_trial_at_least_the_studys_interval_of_one_run(study_d
     sd = study_dir("status-width", search_space={"batch_size": {"choices": [16, 32, 64]}}, trial=TRIAL,
                    sampler={"name": "grid"}, pruner={"name": "none"},
                    confirm={"top_k": 2, "repeats": 2, "max_repeats": 2})
-    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape)).run(n_trials=3)
+    summary = _run(sd, _landscape)
     pooled = reading_noise(summary.study.trials, "throughput_samples_s")
     assert pooled is not None
     width = t975(pooled.df) * pooled.sd  # the interval of one run
@@ -61,7 +71,7 @@ def test_a_races_paced_blocks_do_not_widen_the_status_interval(study_dir: Callab
 
     sd = study_dir("status-race", search_space={"batch_size": {"choices": [16, 32, 64]}}, trial=TRIAL,
                    sampler={"name": "grid"}, pruner={"name": "none"}, confirm={"top_k": 2, "rounds": 6})
-    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(landscape)).run(n_trials=3)
+    summary = _run(sd, landscape)
     raced = [t for t in summary.study.trials if t.user_attrs.get("race")]
     assert raced, "the study raced"
     mixed = pooled_sd(g.values for g in measured_groups(summary.study, "throughput_samples_s"))
