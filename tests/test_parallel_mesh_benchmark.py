@@ -1,0 +1,65 @@
+"""benchmarks/parallel_mesh.py's arithmetic without running a trial: the meshes it measures at world size 4, the
+mesh kinds it reports, and its memory check (each mesh's peak predicted by autotune's memory model from 5 trials
+of other meshes) on peaks that follow the mesh's arithmetic, and on peaks that do not. Its quick run is ~5 minutes
+of real 4-rank trials: the lead runs it (benchmarks/README.md, section 17)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Any:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import parallel_mesh
+
+        yield parallel_mesh
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_every_mesh_of_four_ranks_is_measured_and_named_as_autotune_names_it(bench: Any) -> None:
+    arms = bench.arms_of(bench.MESHES, ["ddp", "fsdp"])
+    assert len(arms) == 12
+    assert {label.split()[0] for label in arms} == {
+        "pp1.dp4.tp1", "pp1.dp2.tp2", "pp1.dp1.tp4", "pp2.dp2.tp1.1f1b.mb4", "pp2.dp1.tp2.1f1b.mb4",
+        "pp4.dp1.tp1.1f1b.mb4"}
+    kinds = {bench.kind_of({**k, "world_size": 4}) for k in arms.values()}
+    assert kinds == {"dp", "fsdp", "tp", "dp x pp", "fsdp x pp", "tp x pp", "fsdp x tp", "dp x tp", "pp"}
+
+
+def _stats(bench: Any, peak: Any) -> dict[str, dict[str, Any]]:
+    from autotune.search_space import TrialConfig
+
+    out = {}
+    for label, knobs in bench.arms_of(bench.MESHES, ["ddp", "fsdp"]).items():
+        config = TrialConfig.create(base_lr=1e-3, base_batch_size=16, **knobs).model_dump(mode="json")
+        out[label] = {"config": config, "peak_memory_mb": peak(config)}
+    return out
+
+
+def test_the_memory_check_reads_each_mesh_kind_within_10_percent_where_memory_follows_the_mesh(bench: Any) -> None:
+    from autotune.objectives._memory_mesh import mesh_shares
+
+    def peak(config: dict[str, Any]) -> float:
+        static, act = mesh_shares(config)
+        return 300.0 + 200.0 * static + 4.0 * act
+
+    result = bench.predicted_from_five(_stats(bench, peak))
+    assert set(result) >= {"dp", "fsdp", "tp", "fsdp x tp", "tp x pp"}
+    assert all(v["met"] and v["median_miss"] < 0.05 for v in result.values()), result
+
+
+def test_the_memory_check_reports_a_miss_where_memory_does_not_follow_the_mesh(bench: Any) -> None:
+    def peak(config: dict[str, Any]) -> float:  # a pipeline that holds 3x what the arithmetic says
+        return 300.0 + (900.0 if config["pipeline_parallel"] > 1 else 100.0 / config["tensor_parallel"])
+
+    result = bench.predicted_from_five(_stats(bench, peak))
+    assert not all(v["met"] for v in result.values())
