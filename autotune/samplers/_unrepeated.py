@@ -19,7 +19,10 @@ configuration, a value that keeps the rule exists at every step, so the trial en
 the space is exhausted (:meth:`Unrepeated.exhausted`), and the tuner stops searching (autotune/tuner/_exhausted.py).
 
 "Measured" is what the GP counts (:func:`~autotune.samplers._gp_view.others_of`): a trial finished, running, or
-failed for a reason that recurs. A walk looks at no more configurations than the study has measured, plus one.
+failed for a reason that recurs; and only where the trial ran the configuration its parameters make in this
+space: the baseline runs the workload's defaults whatever the space fixes (``num_workers: 1``), so where its
+parameters coincide with a point of the space whose fixed knobs differ, that point is still unmeasured. A walk
+looks at no more configurations than the study has measured, plus one.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
+from autotune.objectives import config_key
 from autotune.samplers._gp_view import others_of
 from autotune.search_space import SearchSpace
 
@@ -152,6 +156,7 @@ class Unrepeated(BaseSampler):
         self._rng = random.Random(None if seed is None else seed + 3)
         self._ask: tuple[int, set[Key]] | None = None  # the trial being asked for, and what is measured
         self._relative: dict[int, Point] = {}  # its joint proposal, as steered
+        self._ran_its_params: dict[int, bool] = {}  # trial number: its configuration is its params' in this space
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":
@@ -161,7 +166,7 @@ class Unrepeated(BaseSampler):
     def exhausted(self, study: optuna.Study) -> bool:
         """Whether the study has measured every configuration of the space (the walk is short then: the space
         holds no more configurations than the study measured)."""
-        return not open_branch(self.space, {}, _measured(study, -1))
+        return not open_branch(self.space, {}, self._measured(study, -1))
 
     # -- Optuna's sampler interface ------------------------------------------------------------------------------
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -206,8 +211,28 @@ class Unrepeated(BaseSampler):
     def _taken(self, study: optuna.Study, trial: FrozenTrial) -> set[Key]:
         """The configurations measured, read once per ask."""
         if self._ask is None or self._ask[0] != trial.number:
-            self._ask = (trial.number, _measured(study, trial.number))
+            self._ask = (trial.number, self._measured(study, trial.number))
         return self._ask[1]
+
+    def _measured(self, study: optuna.Study, number: int) -> set[Key]:
+        """The configurations the study has measured (module docstring), but trial ``number``'s."""
+        return {_key(t.params) for t in others_of(study, SimpleNamespace(number=number))  # type: ignore[arg-type]
+                if self._ran(t)}
+
+    def _ran(self, trial: FrozenTrial) -> bool:
+        """Whether ``trial`` ran the configuration its parameters make in this space (a trial without a stored
+        configuration: yes)."""
+        key = trial.user_attrs.get("config_key")
+        if not isinstance(key, str):
+            return True
+        if trial.number not in self._ran_its_params:
+            probe = _Probe([], dict(trial.params))
+            try:
+                made = config_key(self.space.suggest(probe).model_dump())  # type: ignore[arg-type]
+            except (ValueError, AutotuneError, _Continuous):
+                made = None
+            self._ran_its_params[trial.number] = made == key
+        return self._ran_its_params[trial.number]
 
     def _moved(self, params: Point, space: dict[str, BaseDistribution], taken: set[Key]) -> Point:
         """``params`` with one knob moved to the nearest value that leads somewhere new (the knobs in random
@@ -220,11 +245,6 @@ class Unrepeated(BaseSampler):
                 if open_branch(self.space, moved, taken):
                     return moved
         return {}
-
-
-def _measured(study: optuna.Study, number: int) -> set[Key]:
-    """The configurations the study has measured, but trial ``number``'s (:func:`others_of`)."""
-    return {_key(t.params) for t in others_of(study, SimpleNamespace(number=number))}  # type: ignore[arg-type]
 
 
 def _around(dist: BaseDistribution, value: Any, rng: random.Random) -> list[Any]:

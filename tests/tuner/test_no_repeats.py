@@ -49,3 +49,20 @@ def test_every_value_of_a_three_value_hyperparameter_comes_before_any_repeat_and
     exhausted = summary.study.user_attrs.get(EXHAUSTED_ATTR)
     assert isinstance(exhausted, dict) and exhausted["configurations"] == 3 and exhausted["trials"] == 4, exhausted
     assert sum("every configuration of the search space has been measured" in line for line in lines) == 1, lines
+
+
+def test_a_point_whose_parameters_the_baseline_shares_but_not_its_fixed_knobs_is_still_searched(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # The baseline runs the workload's defaults whatever the space fixes: batch 32 with no DataLoader worker,
+    # where the space's batch 32 has one. Its parameters are the space's point {batch_size: 32}; its
+    # configuration is not, so that point is still measured, and then the space is exhausted.
+    sd = study_dir("fixed-knob", search_space={"batch_size": {"choices": [16, 32]}, "num_workers": 1}, trial=TRIAL,
+                   sampler={"name": "grid", "seed": 0}, budget={"n_trials": 5}, confirm={"top_k": 0})
+    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(),
+                    run_trial=replay_runner(lambda config, repeat: Measured(1000.0))).run()
+    trials = summary.study.get_trials(deepcopy=False)
+    assert trials[0].params == {"batch_size": 32} and trials[0].user_attrs["config"]["num_workers"] == 0
+    search = sorted((t.params["batch_size"], t.user_attrs["config"]["num_workers"]) for t in _search(trials))
+    assert search == [(16, 1), (32, 1)]
+    assert summary.study.user_attrs[EXHAUSTED_ATTR]["configurations"] == 2
