@@ -81,7 +81,7 @@ def drift_shape(shape: str, seed: int) -> Callable[[float], float]:
     raise ValueError(shape)
 
 
-def one(seed: int, shape: str, folder: Path, n_trials: int | None) -> dict[str, Any]:
+def one(seed: int, shape: str, folder: Path, n_trials: int | None, paired: bool = True) -> dict[str, Any]:
     """One study on the held-out landscape with ``shape`` drift; its choice judged against the truth."""
     from autotune.objectives import choose
     from autotune.tuner import Drift, Measured, NoLaunch, Tuner, replay_runner
@@ -96,7 +96,7 @@ def one(seed: int, shape: str, folder: Path, n_trials: int | None) -> dict[str, 
         doc["budget"] = {"n_trials": n_trials}
     spec = make_spec(doc, folder)
     runner = replay_runner(lambda config, repeat: Measured(truth(config.model_dump()), overhead_s=2.0),
-                           Drift(drift_shape(shape, seed), noise=WINDOW_NOISE, seed=seed))
+                           Drift(drift_shape(shape, seed), noise=WINDOW_NOISE, seed=seed), paired=paired)
     summary = Tuner(spec, launcher=NoLaunch(), run_trial=runner).run()
     study = summary.study
     choice = choose(study)
@@ -123,12 +123,14 @@ def one(seed: int, shape: str, folder: Path, n_trials: int | None) -> dict[str, 
                                                     if t.user_attrs.get("race")),
         "later_pruned": sum(t.user_attrs.get("outcome") == "pruned" for t in later), "later": len(later),
         "study_s": round(runner.now, 1), "search_trials": len(search),
+        "anchor_s": (study.user_attrs.get("autotune_anchor") or {}).get("seconds", 0.0),
     }
 
 
 def held_out(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     seeds = 2 if args.quick else args.seeds
-    results = {shape: [one(seed, shape, folder, args.n_trials) for seed in range(seeds)] for shape in args.shapes}
+    results = {shape: [one(seed, shape, folder, args.n_trials, not args.unpaired) for seed in range(seeds)]
+               for shape in args.shapes}
     rows, summary = [], {}
     for shape, runs in results.items():
         widths = [r["half_width"] for r in runs if r["half_width"] is not None]
@@ -141,7 +143,8 @@ def held_out(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], di
                           "true_best_raced": sum(r["best_raced"] for r in runs),
                           "later_trials_pruned": f"{sum(r['later_pruned'] for r in runs)}/"
                                                  f"{sum(r['later'] for r in runs)}",
-                          "study_s_median": statistics.median(r["study_s"] for r in runs)}
+                          "study_s_median": statistics.median(r["study_s"] for r in runs),
+                          "anchor_s_median": statistics.median(r["anchor_s"] for r in runs)}
         need = math.ceil(5 / 6 * len(runs))
         rows.append([shape, f"{within}/{len(runs)} {check(within >= need)}",
                      f"{held}/{len(runs)} {check(held >= need)}",
@@ -152,23 +155,28 @@ def held_out(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], di
                 ["drift", "choice within 3% of the best", "interval holds the truth", "median half-width",
                  "true best only pruned", "later trials pruned", "race rounds", "study s (simulated)"], rows,
                 machine_caption(machine_facts()))
-    return {"seeds": seeds, "shapes": args.shapes, "wave": WAVE, "window_noise": WINDOW_NOISE, "trial": TRIAL,
-            "n_trials": args.n_trials, "top": {str(k): v for k, v in TOP.items()}}, {"summary": summary,
-                                                                                     "runs": results}
+    settings = {"seeds": seeds, "shapes": args.shapes, "paired": not args.unpaired, "wave": WAVE,
+                "window_noise": WINDOW_NOISE, "trial": TRIAL, "n_trials": args.n_trials,
+                "top": {str(k): v for k, v in TOP.items()}}
+    return settings, {"summary": summary, "runs": results}
 
 
-def large_one(seed: int, shape: str, folder: Path, n_trials: int, landscape: Any) -> dict[str, Any]:
+def large_one(seed: int, shape: str, folder: Path, n_trials: int, landscape: Any,
+              paired: bool = True) -> dict[str, Any]:
     """One study on the recorded 361-configuration grid with ``shape`` drift: the trial at which a configuration
     within 95% of the grid's best first ran to its end."""
-    from autotune.objectives import config_key
+    from autotune.trial_runner import Outcome
     from autotune.tuner import Drift, Measured, NoLaunch, Tuner, replay_runner
 
-    by_config = landscape.by_config()
+    # by the searched knobs' values (a record's configuration predates knobs added since, which a key would hold)
+    names = sorted(next(iter(landscape.records.values()))["knobs"])
+    by_knobs = {tuple(r["knobs"][n] for n in names): r for r in landscape.records.values()}
+
+    def record_of(config: dict[str, Any]) -> dict[str, Any] | None:
+        return by_knobs.get(tuple(config.get(n) for n in names))
 
     def measured(config: Any, repeat: int) -> Measured:
-        from autotune.trial_runner import Outcome
-
-        record = by_config.get(config_key(config.model_dump()))
+        record = record_of(config.model_dump())
         if record is None or record["outcome"] != "complete" or not record["throughput_samples_s"]:
             outcome = Outcome(record["outcome"]) if record is not None else Outcome.CRASHED
             return Measured(0.0, outcome=outcome if outcome is not Outcome.COMPLETE else Outcome.CRASHED)
@@ -178,11 +186,12 @@ def large_one(seed: int, shape: str, folder: Path, n_trials: int, landscape: Any
     document = landscape.document(f"large-{shape}-{seed}", {"seed": seed}, n_trials, confirm={"top_k": 0},
                                   storage=f"sqlite:///{folder}/large-{shape}-{seed}.db")
     spec = make_spec(document, folder)
-    runner = replay_runner(measured, Drift(drift_shape(shape, seed), noise=WINDOW_NOISE, seed=seed))
+    runner = replay_runner(measured, Drift(drift_shape(shape, seed), noise=WINDOW_NOISE, seed=seed), paired=paired)
     study = Tuner(spec, launcher=NoLaunch(), run_trial=runner).run(n_trials=n_trials).study
     reached = None
     for i, t in enumerate(study.get_trials(deepcopy=False)):
-        value = landscape.value(str(t.user_attrs.get("config_key")))
+        record = record_of(t.user_attrs.get("config") or {})
+        value = record["throughput_samples_s"] if record is not None and record["outcome"] == "complete" else None
         if t.user_attrs.get("outcome") == "complete" and value is not None and value >= 0.95 * landscape.best:
             reached = i + 1
             break
@@ -198,7 +207,7 @@ def large(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[
     landscape = Landscape.load(HERE / "landscape_large.json")
     seeds = 2 if args.quick else args.seeds
     n_trials = args.n_trials or 18
-    results = {shape: [large_one(seed, shape, folder, n_trials, landscape) for seed in range(seeds)]
+    results = {shape: [large_one(seed, shape, folder, n_trials, landscape, not args.unpaired) for seed in range(seeds)]
                for shape in args.shapes}
     rows, summary = [], {}
     for shape, runs in results.items():
@@ -210,7 +219,8 @@ def large(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[
     print_table(f"the large landscape under drift: 95% of the grid's best within {n_trials} trials "
                 "(target: >= 15 of 20 seeds)", ["drift", "seeds", "trial reached (each seed)"], rows,
                 machine_caption(machine_facts()))
-    return {"landscape": "landscape_large.json", "seeds": seeds, "shapes": args.shapes, "n_trials": n_trials,
+    return {"landscape": "landscape_large.json", "paired": not args.unpaired, "seeds": seeds, "shapes": args.shapes,
+            "n_trials": n_trials,
             "wave": WAVE, "window_noise": WINDOW_NOISE}, {"summary": summary, "runs": results}
 
 
@@ -221,6 +231,8 @@ def main() -> None:
     parser.add_argument("--landscape", choices=["held-out", "large"], default="held-out")
     parser.add_argument("--n-trials", type=int, help="budget.n_trials (default: the study file's; large: 18)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 studies per shape")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="keep the search's anchor out: trials judged and fitted on their own readings (before)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     import optuna

@@ -19,7 +19,7 @@ from autotune.objectives._config_key import config_key
 from autotune.objectives._confirmation import Group, Measurement, choose_best, group_measurements
 from autotune.objectives._dominance import check_directions, check_length, dominates, pareto_front
 from autotune.objectives._goodput import GOODPUT, NOT_SCORED, goodput_attrs, noise_scale_attr, result_goodput
-from autotune.objectives._margin import MARGIN_RANGE, MIN_NOISE_DF, PRIOR_MARGIN, measured_margin, reading_noise
+from autotune.objectives._margin import MARGIN_RANGE, MIN_NOISE_DF, PRIOR_MARGIN, Paired, measured_margin, reading_noise
 from autotune.objectives._memory_model import MemoryModel, MemoryPoint, MemoryPrediction, ModelSize, memory_points
 from autotune.objectives._metrics import (
     CONSTRAINT_NAMES,
@@ -66,14 +66,15 @@ from autotune.objectives._time_to_loss import (
 __all__ = [
     "CONSTRAINT_NAMES", "FIRST_TRIAL_FAR_OFF", "GOODPUT", "KNOB_BOTTLENECKS", "MARGIN_RANGE", "MIN_NOISE_DF",
     "MIN_ROUNDS", "NOISE_SCALE_ATTR", "NOT_SCORED", "PRIOR_MARGIN", "RACE_ATTR", "Choice", "CompilePayback", "Contrast",
-    "Diagnosis", "Fit", "Group", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "Pooled",
-    "RunningTimeToLoss", "ScaleOption", "ScalePlan", "Separation", "Standing", "TimeToLoss", "TimeToLossRow", "binding",
-    "bottleneck_shares", "busy_trials", "busy_warning", "check_directions", "check_length", "choose", "choose_best",
-    "choose_from_race", "compile_payback", "complete_trials", "config_key", "constraint_values", "contrast",
-    "could_separate", "diagnose", "dominates", "estimate_time_to_loss", "explain_choice", "fit", "goodput_attrs",
-    "group_anatomy", "group_measurements", "half_width", "held_global_batch", "is_reference", "lighter",
-    "loss_noise_floor", "measured_groups", "measured_margin", "median_anatomy", "memory_points", "metric_value",
-    "noise_scale_attr", "noise_scale_of", "objective_values", "pareto_front", "pooled_sd", "reading_noise",
-    "result_goodput", "running_value", "scale_plan", "scale_plans", "standing", "stored_anatomy", "study_diagnosis",
-    "study_readings", "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history", "window_value",
+    "Diagnosis", "Fit", "Group", "Measurement", "MemoryModel", "MemoryPoint", "MemoryPrediction", "ModelSize", "Paired",
+    "Pooled", "RunningTimeToLoss", "ScaleOption", "ScalePlan", "Separation", "Standing", "TimeToLoss", "TimeToLossRow",
+    "binding", "bottleneck_shares", "busy_trials", "busy_warning", "check_directions", "check_length", "choose",
+    "choose_best", "choose_from_race", "compile_payback", "complete_trials", "config_key", "constraint_values",
+    "contrast", "could_separate", "diagnose", "dominates", "estimate_time_to_loss", "explain_choice", "fit",
+    "goodput_attrs", "group_anatomy", "group_measurements", "half_width", "held_global_batch", "is_reference",
+    "lighter", "loss_noise_floor", "measured_groups", "measured_margin", "median_anatomy", "memory_points",
+    "metric_value", "noise_scale_attr", "noise_scale_of", "objective_values", "pareto_front", "pooled_sd",
+    "reading_noise", "result_goodput", "running_value", "scale_plan", "scale_plans", "standing", "stored_anatomy",
+    "study_diagnosis", "study_readings", "study_scale_plan", "time_to_loss_attrs", "window_extras", "window_history",
+    "window_value",
 ]

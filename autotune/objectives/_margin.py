@@ -1,9 +1,30 @@
-"""How far apart two readings of one configuration are in this study, and the pruner's margin that follows."""
+"""How far apart two readings of one configuration are in this study, and the pruner's margin that follows; and the
+paired evidence a pruned or fitted trial carries (:class:`Paired`).
+
+A machine's speed drifts by 10-30% over tens of seconds to minutes (the 2-core VM: benchmarks/machine_noise.py),
+so two trials run a minute apart differ by the drift as much as by their configurations. During the search the
+tuner keeps the baseline configuration alive as the **anchor** (a paced run, frozen between blocks) and measures
+it in one short block after each trial (autotune/tuner/_anchor.py). Each search trial then carries, as user
+attributes:
+
+- ``anchor_before``: the anchor's block just before the trial was launched (samples/s): what the pruner pairs the
+  trial's windows with;
+- ``anchor_noise``: the relative deviation of one anchor block, from its blocks so far (None until known);
+- ``anchor_samples_s``: the anchor's speed around the trial (the geometric mean of its blocks before and after);
+- ``anchor_ratio``: the trial's throughput (its partial throughput when pruned) over ``anchor_samples_s``.
+
+The baseline trial is the anchor's own configuration: its ratio is 1 by definition, and its ``anchor_samples_s``
+its own throughput. The objective value a user reads stays samples/s; the ratio is what the pruner compares and
+what the default sampler fits (autotune/samplers/_gp_view.py).
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -49,3 +70,59 @@ def measured_margin(noise: Pooled | None) -> float:
         return PRIOR_MARGIN
     low, high = MARGIN_RANGE
     return min(high, max(low, math.sqrt(2) * noise.sd))
+
+
+def _positive(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
+class Paired:
+    """A trial's paired evidence, read from its user attributes (module docstring), and the arithmetic on the
+    anchor's blocks. The names are the attributes' keys."""
+
+    BEFORE: ClassVar[str] = "anchor_before"
+    NOISE: ClassVar[str] = "anchor_noise"
+    SPEED: ClassVar[str] = "anchor_samples_s"
+    RATIO: ClassVar[str] = "anchor_ratio"
+    #: The study attribute that records the anchor: its configuration key, its blocks (samples/s), its seconds.
+    STUDY_ATTR: ClassVar[str] = "autotune_anchor"
+
+    @staticmethod
+    def ratio(trial: FrozenTrial) -> float | None:
+        """The trial's throughput over the anchor's at the same time (None: the trial was not paired)."""
+        return _positive(trial.user_attrs.get(Paired.RATIO))
+
+    @staticmethod
+    def speed(trial: FrozenTrial) -> float | None:
+        """The anchor's speed while the trial ran (None: the trial was not paired)."""
+        return _positive(trial.user_attrs.get(Paired.SPEED))
+
+    @staticmethod
+    def before(trial: FrozenTrial) -> float | None:
+        """The anchor's block just before the trial was launched (None: not paired)."""
+        return _positive(trial.user_attrs.get(Paired.BEFORE))
+
+    @staticmethod
+    def noise(trial: FrozenTrial) -> float | None:
+        """The relative deviation of one anchor block, as known when the trial was launched (None: not known)."""
+        value = trial.user_attrs.get(Paired.NOISE)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else None
+
+    @staticmethod
+    def around(before: float, after: float | None) -> float:
+        """The anchor's speed around a trial: the geometric mean of its blocks before and after (before alone when
+        there is no block after)."""
+        return before if after is None else math.sqrt(before * after)
+
+    @staticmethod
+    def block_noise(readings: Sequence[float]) -> float | None:
+        """The relative deviation of one block of the anchor: the deviation of the log ratio of consecutive blocks
+        over √2 (consecutive blocks are seconds apart, so the drift between them is small beside a block's own
+        noise, and what is left of it errs large). None before three blocks."""
+        logs = [math.log(v) for v in readings if v > 0]
+        if len(logs) < 3:
+            return None
+        steps = [b - a for a, b in itertools.pairwise(logs)]
+        return math.sqrt(statistics.fmean(d * d for d in steps) / 2)

@@ -10,7 +10,15 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.objectives import is_reference, measured_margin, reading_noise
+from autotune.objectives import (
+    Paired,
+    is_reference,
+    measured_margin,
+    reading_noise,
+)
+
+#: How many deviations of the paired ratio a trial must fall below the best to be pruned on paired evidence (~95%).
+PAIRED_SIGMAS = 2.0
 
 
 class NoiseAwarePruner(BasePruner):
@@ -36,6 +44,17 @@ class NoiseAwarePruner(BasePruner):
     the user attribute ``spread_attr`` (by default ``throughput_spread``, the relative half-width of the
     window-to-window ~95% interval; None for a metric it does not describe) of the trials the threshold comes
     from (the larger of the two it lies between) and of the pruned trial when known.
+
+    **Paired evidence** (autotune/objectives/_margin.py): when the judged trial carries the anchor's block taken
+    just before it (``anchor_before``: the study keeps its baseline configuration alive and measures it between
+    trials), the trial is judged by the ratio of its running value to that block, against the references'
+    values over the anchor's speed while each of them ran (``anchor_samples_s``); a reference without one is not
+    compared. A machine that drifts 10-30% over a minute then moves both sides of every comparison alike, and a
+    configuration measured in a slow phase is not pruned against one measured in a fast one. The margin is then
+    the ratio's noise: the measured one of ``anchor_ratio`` (the prior until the study has read configurations
+    twice), and at least twice the deviation of the ratio of one trial's reading over one anchor block and a
+    reference's over two (``2·√1.5`` times one block's deviation, ``anchor_noise``), so that what the paired
+    evidence cannot separate from the best is not pruned.
     """
 
     def __init__(
@@ -70,15 +89,19 @@ class NoiseAwarePruner(BasePruner):
         spreads: list[float | None] = []
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         maximize = study.direction == StudyDirection.MAXIMIZE
+        before = Paired.before(trial) if self.metric_attr == "throughput_samples_s" else None
         for done in finished:
             if not is_reference(done):
                 continue
             earlier = [s for s in done.intermediate_values if s <= step]
-            if earlier:
+            speed = Paired.speed(done)
+            if earlier and (before is None or speed is not None):
                 other = _bar(done, max(earlier), maximize)
                 if not math.isnan(other):
-                    others.append(other)
+                    others.append(other if before is None or speed is None else other / speed)
                     spreads.append(self._spread(done))
+        if before is not None:
+            value /= before
         if len(others) < max(1, self.n_startup_trials):
             return False
         # The percentile-th best: 50 -> the median; 25 -> the value a quarter of the way from the worst.
@@ -88,21 +111,25 @@ class NoiseAwarePruner(BasePruner):
         position = (len(ranked) - 1) * self.percentile / 100
         threshold = _interpolate(ranked, position)
         around = {order[math.floor(position)], order[min(math.ceil(position), len(order) - 1)]}
-        base = self.margin if self.margin is not None else self.current_margin(finished)
+        base = self.margin if self.margin is not None else self.current_margin(finished, paired=before is not None)
         margin = max([base, *(s for i in around if (s := spreads[i]) is not None)])
         own = self._spread(trial)
         if own is not None:
             margin = max(margin, own)
+        block = Paired.noise(trial) if before is not None else None
+        if block is not None:
+            margin = max(margin, PAIRED_SIGMAS * math.sqrt(1.5) * block)
         margin = min(margin, 0.99)
         if maximize:
             return value < threshold - margin * abs(threshold)
         return value > threshold + margin * abs(threshold)
 
-    def current_margin(self, finished: Iterable[FrozenTrial]) -> float:
-        """The margin before the trials' own spreads: as set, or measured from ``finished`` (class docstring)."""
+    def current_margin(self, finished: Iterable[FrozenTrial], *, paired: bool = False) -> float:
+        """The margin before the trials' own spreads: as set, or measured from ``finished`` (class docstring): the
+        noise of the readings, or with ``paired`` of their ratios to the anchor."""
         if self.margin is not None:
             return self.margin
-        return measured_margin(reading_noise(finished, self.metric_attr))
+        return measured_margin(reading_noise(finished, Paired.RATIO if paired else self.metric_attr))
 
     def _spread(self, trial: FrozenTrial) -> float | None:
         """A trial's window-to-window interval (``spread_attr``), when it has one."""

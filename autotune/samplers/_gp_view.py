@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
-from autotune.objectives import MIN_NOISE_DF, pooled_sd
+from autotune.objectives import MIN_NOISE_DF, Paired, pooled_sd
 
 #: How ``optuna.Trial.set_constraint`` stores a constraint: a system attribute under this prefix.
 CONSTRAINTS_PREFIX = "constraints:"
@@ -161,6 +162,7 @@ class WithPartial:
                 out.append(partial)
             elif partial is None and (wanted is None or t.state in wanted):
                 out.append(_ordered(t, names) if t.state == TrialState.COMPLETE else t)
+        out = on_anchor(out)
         return [self._encoded(t) for t in out] if self._ordinal else out
 
     def _encoded(self, trial: FrozenTrial) -> FrozenTrial:
@@ -172,6 +174,28 @@ class WithPartial:
         encoded.distributions = {**trial.distributions, **as_ordinal(
             {n: d for n, d in trial.distributions.items() if n in self._ordinal}, self._ordinal)}
         return encoded
+
+
+def on_anchor(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """In a paired study (autotune/objectives/_margin.py) the complete trials' values as the GP fits them: each
+    trial's ratio to the anchor measured with it (``anchor_ratio``), so that a configuration read in a slow phase
+    of the machine is not modelled as a slow configuration; a trial without one (a confirmation, a failure fitted
+    at the worst value) over the anchor's median speed. Unchanged in a study that is not paired. The objective
+    values stored on the trials, which a user reads, stay samples/s: only the model's copies change."""
+    speeds = [s for t in trials if (s := Paired.speed(t)) is not None]
+    if not speeds:
+        return trials
+    typical = statistics.median(speeds)
+    out = []
+    for t in trials:
+        if t.state != TrialState.COMPLETE or not t.values or not math.isfinite(t.values[0]):
+            out.append(t)
+            continue
+        ratio = Paired.ratio(t)
+        fitted = copy.copy(t)  # never change the storage's cached trial
+        fitted.values = [ratio if ratio is not None else t.values[0] / typical]
+        out.append(fitted)
+    return out
 
 
 def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:

@@ -4,6 +4,7 @@ turned into the trial's result (the race itself is autotune/tuner/_race.py)."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,11 +12,21 @@ from typing import Protocol
 
 import optuna
 
-from autotune.objectives import Group
+from autotune.objectives import (
+    Group,
+    Paired,
+    config_key,
+    is_reference,
+    measured_margin,
+    reading_noise,
+)
 from autotune.search_space import TrialConfig
 from autotune.spec import StudySpec
 from autotune.trial_result import Outcome, TrialResult, Window
 from autotune.trial_runner import TrialPlan, plan_for
+from autotune.tuner._confirmation import _visible
+from autotune.tuner._roles import ROLE_BASELINE
+from autotune.workload_check import knobs_not_decided
 
 
 class Entrant(Protocol):
@@ -121,3 +132,54 @@ def entrant_result(runner: Runner) -> TrialResult:
         result.reason += f", then failed: {runner.failed}"
     result.eval_loss = runner.eval_loss
     return result
+
+
+def paired_candidates(study: optuna.Study, spec: StudySpec, groups: list[Group], k: int) -> list[Group] | None:
+    """The race's entrants besides the baseline, in a paired study (autotune/objectives/_margin.py): of the
+    configurations by their median ratio to the anchor measured with them, pruned ones included, the best and
+    those the paired evidence cannot separate from it (within the pruner's measured margin of ``anchor_ratio``,
+    :func:`~autotune.objectives.measured_margin`: 10% until the study read configurations twice), at most ``k``,
+    no two of which differ only in knobs the objective cannot see. One that ran to its end races as its measured
+    group; one only pruned, as its pruned reading. A configuration clearly behind the leader does not race: the
+    race's rounds are shorter by its block, and the drift within a round smaller. None when the study holds no
+    paired search trial: the race then takes the best medians and the near misses, unpaired
+    (:func:`autotune.tuner._confirmation.top_groups`, ``near_misses``)."""
+    ratios: dict[str, list[float]] = {}
+    pruned: dict[str, Group] = {}
+    baseline: set[str] = set()
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    for t in study.get_trials(deepcopy=False, states=states):
+        config, ratio = t.user_attrs.get("config"), Paired.ratio(t)
+        if not isinstance(config, dict) or ratio is None or t.user_attrs.get("race"):
+            continue
+        key = str(t.user_attrs.get("config_key") or config_key(config))
+        if t.user_attrs.get("role") == ROLE_BASELINE:
+            baseline.add(key)
+        if t.state == optuna.trial.TrialState.COMPLETE and not is_reference(t):
+            continue
+        ratios.setdefault(key, []).append(ratio)
+        value = t.user_attrs.get(spec.objectives[0].key)
+        if t.state == optuna.trial.TrialState.PRUNED and isinstance(value, (int, float)) and value > 0:
+            pruned.setdefault(key, Group(key, config, (t.number,), (float(value),), float(value), 0.0,
+                                         t.user_attrs.get("peak_memory_mb"), t.user_attrs.get("loss")))
+    if len(ratios.keys() - baseline) == 0:
+        return None
+    measured = {g.config_key: g for g in groups}
+    undecided = knobs_not_decided(spec)
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    out: list[Group] = []
+    ranked = sorted((key for key in ratios if key not in baseline), key=lambda key: statistics.median(ratios[key]),
+                    reverse=True)
+    bar = (1 - measured_margin(reading_noise(study.get_trials(deepcopy=False), Paired.RATIO))) * \
+        statistics.median(ratios[ranked[0]])
+    for key in ranked:
+        group = measured.get(key) or pruned.get(key)
+        if out and statistics.median(ratios[key]) < bar:
+            break
+        if group is None or _visible(group, undecided) in seen:
+            continue
+        seen.add(_visible(group, undecided))
+        out.append(group)
+        if len(out) == k:
+            break
+    return out

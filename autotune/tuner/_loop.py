@@ -25,6 +25,7 @@ from autotune.search_space import SearchSpace, TrialConfig, study_space
 from autotune.spec import StudySpec
 from autotune.trial_result import TrialResult, Window
 from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, trace_event, traced
+from autotune.tuner._anchor import Anchor, anchored
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
 from autotune.tuner._exhausted import SpaceExhausted, before_ask
@@ -91,6 +92,7 @@ class Tuner:
         self.launcher = launcher
         self.storage_url = storage_url
         self.observer = observer or Observer()
+        self._anchor = Anchor(spec, None, self.observer)  # the search's: run() opens one where it pairs
         self.clock = clock
         self.identity = worker_identity()
         self._artifacts = TrialArtifacts(spec)
@@ -105,10 +107,9 @@ class Tuner:
         """Run until the study holds ``n_trials`` finished trials (baseline included; default: the study
         file's budget, where null is no limit) or ``timeout_s`` passed, then confirm.
 
-        The confirmation runs are inside ``timeout_s``: the search stops early enough to leave them the time
-        they are expected to take (the median trial's wall time each, at most half of ``timeout_s``), and a
-        confirmation run that would end past ``timeout_s`` is not started. With neither limit the search
-        runs until Ctrl-C. Raises :class:`Interrupted` on Ctrl-C/SIGTERM after recording the stopped trial.
+        The confirmation runs are inside ``timeout_s``: the search leaves them their expected time (the median
+        trial's wall each, at most half of ``timeout_s``); one that would end past it is not started. Without limits
+        it runs until Ctrl-C. Ctrl-C/SIGTERM raises :class:`Interrupted` once the stopped trial is recorded.
         """
         trace_event("tuner_run", time.time())
         target = n_trials or self.spec.budget.n_trials
@@ -118,7 +119,8 @@ class Tuner:
             try:
                 study = self._start(launcher)
                 deadline = None if timeout_s is None else self.clock() + timeout_s
-                self._search(study, launcher, target, timeout_s, deadline)
+                with anchored(self.spec, study, self._run_trial, launcher, self.observer) as self._anchor:
+                    self._search(study, launcher, target, timeout_s, deadline)  # paired (tuner/_anchor.py)
                 trace_event("search_end", time.time())
                 # One worker confirms; the others leave it the study (their summary is not confirmed yet).
                 with study_lock(self.url, f"{study.study_name}:confirm", wait=False) as mine:
@@ -292,7 +294,7 @@ class Tuner:
         key = config_key(config.model_dump())
         prediction = predict_memory(self.spec, study, config.model_dump())
         attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity,
-                 **prediction_attrs(prediction)}
+                 **prediction_attrs(prediction), **self._anchor.before(study, role)}
         with traced("config_attrs", trial=trial.number):
             set_user_attrs(trial, attrs if sampler is None else {**attrs, "sampler": sampler})
         return config, prediction
@@ -312,8 +314,8 @@ class Tuner:
         return name
 
     def tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
-        """Store the result on the trial (docs/storage.md), its files as artifacts, and finish it with the
-        right state."""
+        """Store the result (docs/storage.md; its ratio to the anchor, read now), its files as artifacts; finish it."""
+        self._anchor.record(trial, result)
         tell(self.spec, study, trial, result, self._artifacts)
         self._mine.told(trial)
 

@@ -42,6 +42,7 @@ from autotune.tuner._entrants import (
     Tell,
     block_timeout,
     entrant_result,
+    paired_candidates,
     start_entrant,
 )
 from autotune.tuner._observer import Observer
@@ -78,11 +79,13 @@ def race(
     baseline = _baseline_group(study, groups)
     if baseline is None:
         return False
-    candidates = top_groups(groups, spec, settings.top_k)
-    for group in near_misses(study, spec, groups, settings.top_k - len(candidates)):
-        observer.note(f"trial #{group.trials[0]} was pruned within two runs' scatter of the best and fewer than "
-                      "confirm.top_k configurations ran to their end: it races too")
-        candidates.append(group)
+    candidates = paired_candidates(study, spec, groups, settings.top_k)  # by the ratios to the search's anchor
+    if candidates is None:  # an unpaired search: the best medians, then the near misses
+        candidates = top_groups(groups, spec, settings.top_k)
+        for group in near_misses(study, spec, groups, settings.top_k - len(candidates)):
+            observer.note(f"trial #{group.trials[0]} was pruned within two runs' scatter of the best and fewer than "
+                          "confirm.top_k configurations ran to their end: it races too")
+            candidates.append(group)
     entrants = [baseline] + [g for g in candidates if g.config_key != baseline.config_key]
     if len(entrants) < 2:
         return False

@@ -141,11 +141,13 @@ class ReplayRunner(_Replayer):
 
     With ``drift`` the machine's speed moves with the replay's clock (:class:`Drift`): each window is a reading
     of it, taken at the time the window runs, and so are a paced run's blocks; the landscape's ``Measured`` is
-    the configuration's speed on the machine at its nominal speed.
+    the configuration's speed on the machine at its nominal speed. ``paired=False`` keeps the search's anchor
+    out (autotune/tuner/_anchor.py): the search judged and fitted on unpaired readings, to compare with.
     """
 
-    def __init__(self, landscape: Landscape, drift: Drift | None = None) -> None:
+    def __init__(self, landscape: Landscape, drift: Drift | None = None, *, paired: bool = True) -> None:
         self.landscape = landscape
+        self.paired = paired  # False: no anchor through the search, as before paired pruning (a benchmark's before)
         self.seen: dict[str, int] = {}  # how many times each configuration was read
         self.machine = Machine(drift) if drift is not None else None
 
@@ -219,10 +221,10 @@ def _window_steps(plan: TrialPlan, m: Measured, max_steps: int) -> list[int]:
     return steps[: m.fail_after_windows] if m.outcome is not Outcome.COMPLETE else steps
 
 
-def replay_runner(landscape: Landscape, drift: Drift | None = None) -> ReplayRunner:
+def replay_runner(landscape: Landscape, drift: Drift | None = None, *, paired: bool = True) -> ReplayRunner:
     """A ``run_trial`` for :class:`~autotune.tuner.Tuner` that measures trials in ``landscape``, on a machine
     that drifts when ``drift`` says how (:class:`ReplayRunner`)."""
-    return ReplayRunner(landscape, drift)
+    return ReplayRunner(landscape, drift, paired=paired)
 
 
 def judged(

@@ -7,12 +7,24 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from autotune.trial_runner import TrialPlan, Window
 
-if TYPE_CHECKING:
-    from autotune.tuner._replay import Measured
+
+class Reading(Protocol):
+    """What a replayed trial reads of its configuration (``autotune.tuner.Measured``)."""
+
+    @property
+    def throughput_samples_s(self) -> float: ...
+    @property
+    def overhead_s(self) -> float: ...
+    @property
+    def loss(self) -> float: ...
+    @property
+    def peak_memory_mb(self) -> float: ...
+    @property
+    def memory_growth_mb(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,7 @@ class Machine:
         return nominal * self.drift.speed(self.now) * math.exp(self._rng.gauss(0.0, self.drift.noise))
 
 
-def drifting_windows(plan: TrialPlan, m: Measured, steps: list[int], machine: Machine) -> list[Window]:
+def drifting_windows(plan: TrialPlan, m: Reading, steps: list[int], machine: Machine) -> list[Window]:
     """The windows at ``steps`` of a trial launched now on ``machine``, each read at the time it runs (after
     the launch, half of ``m.overhead_s``, and the warm-up); the running throughput is all measured samples over
     all measured seconds, as a rank reports it. The machine's clock is left where it was: the replay moves it

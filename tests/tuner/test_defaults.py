@@ -166,7 +166,8 @@ def test_no_trial_limit_means_until_the_timeout(study_dir: Callable[..., StudyDi
                    confirm={"method": "reruns", "top_k": 1, "repeats": 1}, sampler={"name": "random", "seed": 0})
     spec = load_spec(str(sd.file))
     assert spec.budget.n_trials is None
-    tuner = Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape), clock=lambda: clock[0])
+    # unpaired: each landscape reading is a second of this clock, and the anchor's blocks would be readings too
+    tuner = Tuner(spec, launcher=NoLaunch(), run_trial=replay_runner(landscape, paired=False), clock=lambda: clock[0])
     summary = tuner.run()
     trials = summary.study.get_trials(deepcopy=False)
     assert len([t for t in trials if t.user_attrs.get("role") in ("baseline", "search")]) > 20

@@ -43,7 +43,9 @@ def test_the_true_best_pruned_on_one_unlucky_reading_gets_a_second_look_and_is_c
     sd = study_dir("second-look", search_space=SPACE, trial=TRIAL, sampler={"name": "gp", "seed": 0},
                    budget={"n_trials": 7}, pruner={"name": "best", "second_looks": 1})
     lines: list[str] = []
-    tuner = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(unlucky_once))
+    # unpaired (no anchor through the search): an anchor would read the baseline again at 1,000, and the true best
+    # would not be pruned against the lucky 1,300 at all (tests/tuner/test_paired_search.py)
+    tuner = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(unlucky_once, paired=False))
     tuner.observer.note = lines.append  # type: ignore[method-assign]
     summary = tuner.run()
     trials = summary.study.get_trials(deepcopy=False)
