@@ -39,13 +39,15 @@ def study_space(spec: StudySpec) -> SearchSpace:
 
 
 def study_mesh_facts(spec: StudySpec, workload: Workload) -> MeshFacts | None:
-    """What the study's model allows of a mesh, where a tensor or pipeline degree above 1 can occur (None
-    otherwise), read from the model built once on the meta device (its heads, split dimensions, module names); a
-    model that does not build leaves them unknown (validate's build check says why)."""
+    """What the study's model allows of a mesh, where a tensor or pipeline degree above 1 can occur or the workload
+    declares how its model splits (None otherwise), read from the model built once on the meta device (its heads,
+    split dimensions, module names); a model that does not build leaves them unknown (validate's build check says
+    why)."""
     knobs = {name: spec.search_space.knobs().get(name) or Fixed(value=1) for name in ("tensor_parallel",
                                                                                       "pipeline_parallel")}
     baseline = [spec.baseline.get(name, 1) for name in knobs]
-    if not mesh_in_play(knobs) and max(baseline) == 1:
+    declared = workload.parallelize is not None or workload.tp_plan or workload.pipeline_split
+    if not mesh_in_play(knobs) and max(baseline) == 1 and not declared:  # a mesh may still come by --set
         return None
     model = build_for_facts(workload)
     try:

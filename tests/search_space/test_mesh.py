@@ -151,3 +151,24 @@ def test_validate_lists_the_feasible_meshes_and_why_others_are_not_proposed(tmp_
                       "2 x 1 x 2"]
     assert "1f1b x2, 1f1b x4" in out and "{ddp, fsdp} (one replica)" in out
     assert "not proposed pp1.dp1.tp4: tensor_parallel 4 does not divide the model's blocks.0.num_heads (6)" in out
+
+
+@pytest.mark.parametrize(("sets", "expect"), [
+    (["tensor_parallel=4", "world_size=4"], "tensor_parallel 4 does not divide the model's blocks.0.num_heads (6)"),
+    (["pipeline_parallel=2", "world_size=2", "pipeline_microbatches=3"],
+     "batch_size 8 does not split into 3 micro-batches"),
+    (["pipeline_parallel=2", "world_size=2", "pipeline_microbatches=1"], "is below pipeline_parallel 2"),
+    (["tensor_parallel=2", "world_size=3"], "does not divide world_size (3)"),
+])
+def test_autotune_trial_refuses_an_infeasible_mesh_in_one_line_and_launches_nothing(
+    tmp_path: Path, sets: list[str], expect: str,
+) -> None:
+    (tmp_path / "mesh.py").write_text(MESH_PY)
+    study = tmp_path / "study.yaml"
+    study.write_text("name: probe\nworkload: {entrypoint: 'mesh.py:build'}\nsearch_space: {batch_size: 8}\n")
+    args = ["trial", str(study)] + [a for s in sets for a in ("--set", s)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0], result.stderr
+    assert not (tmp_path / "runs").exists()
