@@ -172,3 +172,13 @@ def test_autotune_trial_refuses_an_infeasible_mesh_in_one_line_and_launches_noth
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0], result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_calibration_names_its_mesh() -> None:
+    from autotune.calibration import Calibration
+    from autotune.search_space import TrialConfig
+
+    config = TrialConfig.create(base_lr=1e-3, base_batch_size=16, batch_size=16, world_size=8, tensor_parallel=2,
+                                pipeline_parallel=2, pipeline_schedule="gpipe", pipeline_microbatches=4)
+    summary = Calibration(config=config, study=None).summary()
+    assert "ws=8" in summary and "tp=2" in summary and "pp=2" in summary and "gpipe" in summary and "mb=4" in summary
