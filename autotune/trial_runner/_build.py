@@ -110,10 +110,11 @@ def wrap_on_mesh(
         raise ValueError("compile is not applied under tensor or pipeline parallelism; set compile: off")
     if cfg.amp == "fp16" and mesh.pp > 1:
         raise ValueError("amp fp16 needs a GradScaler, which the pipeline's schedule does not take; use amp bf16")
-    model.to(device)
+    # cut before moving: a GPU then holds its stage, not the whole model (the cut happens where it was built)
     stages = build_stages(model, workload.pipeline_split, cfg, mesh) if mesh.pp > 1 else [(0, model)]
     parts = []
     for index, module in stages:
+        module.to(device)
         module, how = apply_tensor_parallel(module, workload, mesh, cfg)
         applied.tensor_parallel_by = how
         if cfg.activation_checkpointing:
