@@ -1,7 +1,5 @@
-"""Trial runner: launchers, the per-rank worker, the monitor, and trial outcomes.
-
-``run_trial(plan, trial_dir, launcher)`` runs one real distributed trial and returns its TrialResult.
-"""
+"""Trial runner: launchers, the per-rank worker, the monitor, and trial outcomes; ``run_trial(plan, trial_dir,
+launcher)`` runs one real distributed trial and returns its TrialResult."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -11,7 +9,7 @@ from autotune.trial_runner._base import Launcher, RunHandle
 from autotune.trial_runner._factory import make_launcher
 from autotune.trial_runner._judge import WindowCallback, WindowJudge
 from autotune.trial_runner._local import LocalLauncher, ProcessTreeHandle, trial_environment
-from autotune.trial_runner._parity import PARITY_STEPS, PARITY_TOLERANCES, Parity, compare_losses, parity_plans
+from autotune.trial_runner._parity import compare_losses, parity_plans
 from autotune.trial_runner._plan import TrialPlan, plan_for
 from autotune.trial_runner._prepare import prepared_launcher
 from autotune.trial_runner._process import free_port, start_ticks
@@ -31,8 +29,6 @@ if TYPE_CHECKING:  # imported on first use (__getattr__): they import torch, whi
     from autotune.trial_runner._pace import PacedRun, PacedRunFailed
 
 __all__ = [
-    "PARITY_STEPS",
-    "PARITY_TOLERANCES",
     "THREAD_WORDS",
     "TRACE_ENV",
     "Launcher",
@@ -42,7 +38,6 @@ __all__ = [
     "Outcome",
     "PacedRun",
     "PacedRunFailed",
-    "Parity",
     "ProcessTreeHandle",
     "RunHandle",
     "TickCallback",

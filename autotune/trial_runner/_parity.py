@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autotune.knobs import DDP_ONLY, PIPELINE_ONLY
 from autotune.search_space import TrialConfig
 from autotune.trial_result import Window
 from autotune.trial_runner._plan import TrialPlan
@@ -49,8 +50,7 @@ def one_rank_config(config: TrialConfig) -> TrialConfig:
     knobs = config.knobs()
     knobs.update(world_size=1, tensor_parallel=1, pipeline_parallel=1, sharding="ddp", compile="off",
                  batch_size=config.batch_size * config.data_parallel)
-    for name in ("pipeline_schedule", "pipeline_microbatches", "bucket_cap_mb", "gradient_as_bucket_view",
-                 "static_graph"):
+    for name in (*PIPELINE_ONLY, *DDP_ONLY):
         knobs[name] = None  # TrialConfig.create gives what applies at one rank
     return TrialConfig.create(**knobs, env=config.env, hyperparameters=config.hyperparameters, device=config.device,
                               base_lr=config.base_lr, base_batch_size=config.base_batch_size)
