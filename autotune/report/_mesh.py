@@ -42,7 +42,7 @@ class MeshRow(NamedTuple):
 
 class MeshData(NamedTuple):
     rows: list[MeshRow]  # best measured first, then the meshes without a measurement
-    shown: bool  # the study ran more than one mesh, or a tensor- or pipeline-parallel one
+    shown: bool  # the study ran (or was told not to run) a tensor- or pipeline-parallel mesh
 
 
 @dataclass
@@ -77,6 +77,6 @@ def mesh_data(study: optuna.Study) -> MeshData:
         for (mesh, sharding), g in groups.items()
     ]
     rows.sort(key=lambda row: (row.best is None, -(row.best or 0.0), row.label))
-    meshes = {row.mesh for row in rows}
-    shown = len(meshes) > 1 or any(not m.startswith("pp1.") or not m.endswith(".tp1") for m in meshes)
+    # a study of data parallelism alone has its world sizes in the throughput-against-batch view already
+    shown = any(not row.mesh.startswith("pp1.") or not row.mesh.endswith(".tp1") for row in rows)
     return MeshData(rows, shown)

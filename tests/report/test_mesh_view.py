@@ -106,3 +106,18 @@ def test_best_shows_the_mesh_knobs_and_the_mesh(tmp_path: Path) -> None:
     assert payload["config"]["pipeline_schedule"] == "1f1b" and payload["config"]["pipeline_microbatches"] == 2
     assert payload["derived"]["mesh"] == "pp2.dp1.tp2.1f1b.mb2" and payload["derived"]["data_parallel"] == 1
     assert payload["derived"]["global_batch"] == 8  # batch_size x grad_accum x data_parallel
+
+
+def test_a_study_of_data_parallelism_alone_has_no_mesh_view(tmp_path: Path) -> None:
+    (tmp_path / "mesh.py").write_text(MESH_PY)
+    doc = {"name": "dp-only", "workload": {"entrypoint": "mesh.py:build_plain"},
+           "trial": {"warmup_steps": 2, "max_steps": 20, "report_every": 3},
+           "search_space": {"world_size": {"choices": [1, 2, 4]}, "batch_size": 8}, "sampler": {"name": "grid"},
+           "confirm": {"top_k": 0}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    Tuner(load_spec(str(tmp_path / "study.yaml")), launcher=NoLaunch(),
+          run_trial=replay_runner(lambda c, r: Measured(_speed(c), peak_memory_mb=_peak(c)))).run(n_trials=3)
+    study = optuna.load_study(study_name="dp-only", storage=f"sqlite:///{tmp_path / 'dp-only.db'}")
+    data = mesh_data(study)
+    assert len(data.rows) == 3 and not data.shown and mesh_figure(data) is None
+    assert "Throughput by mesh" not in render_html(report_data(study))
