@@ -168,16 +168,20 @@ class Pipeline:
                                                         scale_grads=False)
         self.timer = ChunkTimer(self.stages)
 
-    def micro_step(self, batch: Any) -> torch.Tensor | None:
-        """One grad_accum micro-step of ``batch`` = ``(inputs, target)`` through the pipeline; on the last stage
-        the micro-step's mean loss (as the workload's loss reads it), elsewhere None."""
+    def micro_step(self, batch: Any, train: bool = True) -> torch.Tensor | None:
+        """One grad_accum micro-step of ``batch`` = ``(inputs, target)`` through the pipeline (``train`` False:
+        forward only, the schedule's ``eval``); on the last stage the micro-step's mean loss (as the workload's
+        loss reads it), elsewhere None."""
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise TypeError("under pipeline_parallel > 1 a batch must be (inputs, target): two tensors")
         inputs, target = batch
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.is_first else ()
-        self.schedule.step(*args, target=target if self.is_last else None, losses=losses if self.is_last else None,
-                           return_outputs=False)
+        kwargs = {"target": target if self.is_last else None, "losses": losses if self.is_last else None}
+        if train:
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+        else:
+            self.schedule.eval(*args, **kwargs)
         if not self.is_last:
             return None
         return torch.stack([x.detach().float() for x in losses]).sum() * self.grad_accum

@@ -263,10 +263,11 @@ class Trainer:
         Every rank evaluates its share (:func:`eval_loader`: a map-style set's DistributedSampler in order, which
         repeats a few samples so that the shares are equal; a stream's share, every sample once), without
         gradients, under the trial's autocast; the result is the mean loss over all ranks' samples (each batch's
-        loss weighted by its size).
+        loss weighted by its size). Under the mesh the shares are the dp replicas'; a pipeline evaluates through
+        its schedule's forward, its last stage's ranks holding the loss.
         """
         workload, cfg = self.workload, self.config
-        if workload.eval_dataset is None or self.pipeline is not None:  # a pipeline's evaluation: not yet
+        if workload.eval_dataset is None:
             return None
         loader = eval_loader(workload.eval_dataset(), cfg.batch_size, self.dp_rank, self.dp_size, workload.collate_fn)
         if loader is None:
@@ -276,13 +277,19 @@ class Trainer:
         try:
             with torch.no_grad():
                 for batch in loader:
+                    if self.pipeline is not None and batch_len(batch) != cfg.batch_size:
+                        continue  # the pipeline's micro-batches keep their training shape: a short batch is left out
                     batch = to_device(batch, self.device, False)
                     with self.autocast():
-                        loss = workload.loss(self.model, batch)
-                    n = batch_len(batch)
-                    totals[0] += loss.detach().double() * n
-                    totals[1] += n
+                        if self.pipeline is not None:  # forward only; the loss on the last stage (else None)
+                            loss = self.pipeline.micro_step(batch, train=False)
+                        else:
+                            loss = workload.loss(self.model, batch)
                     os.utime(self.heartbeat)
+                    if loss is not None:
+                        n = batch_len(batch)
+                        totals[0] += loss.detach().double() * n
+                        totals[1] += n
         finally:
             self.model.train()
         dist.all_reduce(totals)

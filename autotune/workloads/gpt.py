@@ -43,13 +43,15 @@ across the ranks (rowwise)."""
 
 
 class BigramTokens(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """``samples`` sequences of ``seq + 1`` tokens from a fixed random bigram chain (``seed`` fixes the chain and
-    every sequence). An item is ``(tokens[:-1], tokens[1:])``: the inputs and the next-token targets."""
+    """``samples`` sequences of ``seq + 1`` tokens from a fixed random bigram chain (``seed`` fixes the chain and,
+    with ``split``, every sequence: the held-out split draws others from the same chain). An item is
+    ``(tokens[:-1], tokens[1:])``: the inputs and the next-token targets."""
 
-    def __init__(self, samples: int, vocab: int, seq: int, seed: int) -> None:
+    def __init__(self, samples: int, vocab: int, seq: int, seed: int, split: int = 0) -> None:
         self.samples, self.vocab, self.seq, self.seed = samples, vocab, seq, seed
-        generator = torch.Generator().manual_seed(seed)
-        table = torch.softmax(torch.randn(vocab, vocab, generator=generator) * 3.0, dim=-1)  # a few likely successors
+        chain = torch.Generator().manual_seed(seed)
+        table = torch.softmax(torch.randn(vocab, vocab, generator=chain) * 3.0, dim=-1)  # a few likely successors
+        generator = torch.Generator().manual_seed(seed + 1_000_003 * (split + 1))  # the split's own sequences
         # every sequence at once, one position at a time (a few ms): indexing is then free in any rank or worker
         tokens = torch.empty(samples, seq + 1, dtype=torch.long)
         tokens[:, 0] = torch.randint(vocab, (samples,), generator=generator)
@@ -206,7 +208,7 @@ def build(
         base_lr=1e-3,
         base_batch_size=16,
         checkpoint_modules=(Block,),
-        eval_dataset=functools.partial(data, max(1, samples // 16), seed=seed + 1),
+        eval_dataset=functools.partial(data, max(1, samples // 16), split=1),
         parallelize=parallelize if hook else None,
         tp_plan=TP_PLAN,
         pipeline_split=tuple(f"blocks.{i}" for i in range(1, layers)),

@@ -82,3 +82,10 @@ def test_a_hugging_face_plan_is_read_from_the_model_or_its_config() -> None:
     outer.config = SimpleNamespace(base_model_tp_plan={"layers.*.q": "colwise"})  # type: ignore[assignment]
     assert hf_plan(outer) == {"model.layers.*.q": "colwise"}
     assert hf_plan(nn.Linear(2, 2)) is None
+
+
+def test_the_pipeline_stage_has_the_chunks_the_bubble_is_timed_by() -> None:
+    # _pipeline.ChunkTimer wraps these; were they renamed, the whole schedule would read as bubble
+    from torch.distributed.pipelining import PipelineStage
+
+    assert callable(PipelineStage.forward_one_chunk) and callable(PipelineStage.backward_one_chunk)

@@ -68,6 +68,7 @@ def test_pipeline_trains_the_one_rank_model(tmp_path: Path, warm_launcher: WarmL
     assert sum(r["local_param_numel"] for r in ranks) == _model_numel()  # the stages hold the model once
     anatomy = run_windows(trial_dir)[-1]["step_anatomy"]
     assert anatomy["pipeline_bubble_s"] > 0 and anatomy["tp_comm_exposed_s"] is None
+    assert anatomy["forward_backward_s"] > 0  # the stages' chunks were timed: not the whole schedule as bubble
     _parts_add_up(trial_dir)
 
 
@@ -150,3 +151,14 @@ def test_a_workload_without_a_plan_fails_in_one_line(tmp_path: Path, warm_launch
     result = run_trial(_plan("mesh_workload.py:build", {"plain": True}, world_size=2, **knobs), tmp_path, warm_launcher)
     assert result.outcome is Outcome.CRASHED
     assert message in result.reason
+
+
+def test_a_pipeline_evaluates_the_held_out_loss_one_rank_does(tmp_path: Path, warm_launcher: WarmLauncher) -> None:
+    mine, one = parity_plans(_plan("autotune.workloads.gpt:build", {}, world_size=2, pipeline_parallel=2,
+                                   tensor_parallel=1), steps=4)
+    losses = []
+    for name, plan in (("pipeline", mine), ("one", one)):
+        result = run_trial(plan.model_copy(update={"evaluate": True}), tmp_path / name, warm_launcher)
+        assert result.outcome is Outcome.COMPLETE and result.eval_loss is not None
+        losses.append(result.eval_loss)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
