@@ -73,9 +73,13 @@ def _values(knob: KnobSpec) -> list[Any]:
 
 def measures_noise_scale(space: SearchSpace) -> bool:
     """Whether some configuration of ``space`` measures the gradient noise scale: DDP with two batch sizes in
-    a step (world_size >= 2, or grad_accum >= 2)."""
+    a step (world_size >= 2, or grad_accum >= 2), on a mesh of data parallelism alone."""
     if "ddp" not in _values(space.knobs["sharding"]):
         return False
+    if space.layouts:  # not measured on a tensor or pipeline mesh
+        plain = [lay for lay in space.layouts if lay.tensor_parallel == lay.pipeline_parallel == 1]
+        accum = max(_values(space.knobs["grad_accum"]))
+        return any(lay.world_size >= 2 or (lay.grad_accum or accum) >= 2 for lay in plain)
     if space.splits:
         return any(s.world_size >= 2 or s.grad_accum >= 2 for s in space.splits)
     return max(_values(space.knobs["world_size"])) >= 2 or max(_values(space.knobs["grad_accum"])) >= 2

@@ -182,3 +182,10 @@ def test_a_calibration_names_its_mesh() -> None:
                                 pipeline_parallel=2, pipeline_schedule="gpipe", pipeline_microbatches=4)
     summary = Calibration(config=config, study=None).summary()
     assert "ws=8" in summary and "tp=2" in summary and "pp=2" in summary and "gpipe" in summary and "mb=4" in summary
+
+
+def test_goodput_needs_a_mesh_of_data_parallelism_alone() -> None:
+    from autotune.search_space._study import measures_noise_scale
+
+    assert not measures_noise_scale(space_of({"world_size": 2, "tensor_parallel": {"choices": [2]}}))
+    assert measures_noise_scale(space_of({"world_size": 2, "tensor_parallel": {"choices": [1, 2]}}))
