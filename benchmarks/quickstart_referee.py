@@ -17,6 +17,9 @@ re-run confirmation's (``--method reruns`` runs the same with `confirm.method: r
     python benchmarks/quickstart_referee.py                     # 5 runs, 10 referee rounds (~20 minutes)
     python benchmarks/quickstart_referee.py --method reruns     # the same with re-runs as the confirmation
     python benchmarks/quickstart_referee.py --quick             # smoke run: 1 run, 2 referee rounds
+    python benchmarks/quickstart_referee.py --runs 3 --compare-with /tmp/today   # each run interleaved with a run
+        # of another autotune tree (an exported commit: the code before a change), timed the same way: the wall
+        # time's ratio (issue 52: the paired search costs at most 1.15x); only this tree's runs are refereed
 """
 
 from __future__ import annotations
@@ -39,8 +42,12 @@ from _common import HERE, RUNS, check, default_out, machine_caption, machine_fac
 QUICKSTART = HERE.parent / "studies" / "quickstart.yaml"
 
 
-def run_study(folder: Path, method: str) -> dict[str, Any]:
-    """One fresh `autotune run` of the quickstart in ``folder``; its choice as `autotune best` prints it."""
+def run_study(folder: Path, method: str, tree: Path | None = None) -> dict[str, Any]:
+    """One fresh `autotune run` of the quickstart in ``folder``; its choice as `autotune best` prints it. ``tree``:
+    the autotune source tree the run imports (another commit's, exported), instead of this checkout's."""
+    import os
+
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -48,13 +55,13 @@ def run_study(folder: Path, method: str) -> dict[str, Any]:
     cli = [sys.executable, "-m", "autotune.cli"]
     began = time.monotonic()
     out = subprocess.run([*cli, "run", "quickstart.yaml", "--set", f"confirm.method={method}"], cwd=folder,
-                         capture_output=True, text=True, timeout=900, check=False)
+                         capture_output=True, text=True, timeout=900, check=False, env=env)
     wall = time.monotonic() - began
     (folder / "run.log").write_text(out.stdout + out.stderr)
     if out.returncode != 0:
         raise SystemExit(f"autotune run failed in {folder} (exit {out.returncode}); see {folder / 'run.log'}")
     best = subprocess.run([*cli, "best", "quickstart.yaml", "--format", "json"], cwd=folder, capture_output=True,
-                          text=True, timeout=120, check=True)
+                          text=True, timeout=120, check=True, env=env)
     payload = json.loads(best.stdout)
     return {"wall_s": wall, "config": payload["config"], "speedup": payload["speedup_vs_baseline"],
             "half_width": payload["speedup_half_width"], "statement": payload["statement"],
@@ -111,6 +118,8 @@ def main() -> None:
                         "study's max_steps): whether a longer whole trial reads the speed-up the race states")
     parser.add_argument("--configs-from", type=Path, help="skip the studies: referee the choices in this JSON "
                         "(a previous run's output), against their stated speed-ups")
+    parser.add_argument("--compare-with", type=Path, metavar="TREE", help="interleave each run with a run of the "
+                        "autotune source tree TREE (another commit, exported), in alternating order: wall time ratio")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 run, 2 referee rounds")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -122,7 +131,15 @@ def main() -> None:
     else:
         studies = []
         for i in range(runs_n):
+            other = None
+            if args.compare_with is not None and i % 2 == 0:  # alternating order: the other tree first, then after
+                other = run_study(RUNS / "referee" / f"other-{i}", args.method, args.compare_with)
             study = run_study(RUNS / "referee" / f"{args.method}-{i}", args.method)
+            if args.compare_with is not None and other is None:
+                other = run_study(RUNS / "referee" / f"other-{i}", args.method, args.compare_with)
+            if other is not None:
+                study["other_tree"] = {"wall_s": other["wall_s"], "config": other["config"],
+                                       "speedup": other["speedup"], "half_width": other["half_width"]}
             # judged at once, in the machine state the study ran in: minutes later it may not hold
             now = referee([study["config"]], rounds, args.seed + i, args.referee_steps, tag=f"run{i}")[0]
             study["referee_after"] = {k: now[k] for k in ("speedup", "half_width", "log_ratios")}
@@ -151,9 +168,15 @@ def main() -> None:
     held = sum(s["held"] for s in studies)
     print(f"inside the stated interval: {held}/{runs_n}; choices within {spread:.1%} of each other by the referee "
           f"{check(spread <= 0.05)}; median wall {statistics.median(s['wall_s'] for s in studies):.0f} s")
+    compared = [s["wall_s"] / s["other_tree"]["wall_s"] for s in studies if "other_tree" in s]
+    if compared:
+        walls = ", ".join(f"{s['wall_s']:.0f}/{s['other_tree']['wall_s']:.0f} s" for s in studies if "other_tree" in s)
+        print(f"wall time against {args.compare_with}: {walls}; median ratio {statistics.median(compared):.2f}x "
+              f"{check(statistics.median(compared) <= 1.15)}")
     write_json(args.out or default_out(f"quickstart_referee_{args.method}", args.quick), "quickstart_referee",
                {"runs": runs_n, "rounds": rounds, "method": args.method, "seed": args.seed,
-                "referee_steps": args.referee_steps, "configs_from": str(args.configs_from or "")},
+                "referee_steps": args.referee_steps, "configs_from": str(args.configs_from or ""),
+                "compare_with": str(args.compare_with or "")},
                {"studies": studies, "referee": judged, "held": held, "choice_spread": spread}, machine, started)
 
 

@@ -37,7 +37,6 @@ from autotune.tuner._entrants import Entrant, EntrantFailed, OpenEntrant, block_
 from autotune.tuner._observer import Observer
 from autotune.tuner._results import measured_groups
 from autotune.tuner._roles import ROLE_BASELINE, ROLE_SEARCH
-from autotune.tuner._writes import set_user_attrs
 
 THROUGHPUT = "throughput_samples_s"
 PAIRED_PRUNERS = ("best", "median", "percentile")
@@ -45,6 +44,10 @@ PAIRED_PRUNERS = ("best", "median", "percentile")
 #: 0.25 s block of the quickstart's MLP scattered 11-15%, one of 0.5 s 9.4-12.5% (benchmarks/README.md, the
 #: confirmation race): half the cost a trial for a fifth more noise, which the pruner's margin takes in.
 ANCHOR_BLOCK = 0.5
+#: One anchor block's relative deviation until three blocks measured it: about what a 0.25 s block of the
+#: quickstart's MLP scattered on the 2-core VM (11-15% a block, drift included), so the first paired judgements
+#: prune only what is 25% or more behind.
+PRIOR_BLOCK_NOISE = 0.1
 
 
 def can_pair(spec: StudySpec) -> bool:
@@ -96,13 +99,12 @@ class Anchor:
             self._start(study)
         if not self.readings or not self.pairs:
             return {}
-        return {Paired.BEFORE: self.readings[-1], Paired.NOISE: Paired.block_noise(self.readings)}
+        noise = Paired.block_noise(self.readings)
+        return {Paired.BEFORE: self.readings[-1], Paired.NOISE: PRIOR_BLOCK_NOISE if noise is None else noise}
 
-    def record(self, trial: optuna.Trial, result: TrialResult) -> None:
-        """Before a trial is told: store :meth:`after`'s attributes on it."""
-        paired = self.after(trial, str(trial.user_attrs.get("role", ROLE_SEARCH)), result)
-        if paired:
-            set_user_attrs(trial, paired)
+    def record(self, trial: optuna.Trial, result: TrialResult) -> dict[str, Any]:
+        """As a trial is told: :meth:`after`'s attributes, stored with its result (in its transaction)."""
+        return self.after(trial, str(trial.user_attrs.get("role", ROLE_SEARCH)), result)
 
     def after(self, trial: optuna.Trial, role: str, result: TrialResult) -> dict[str, Any]:
         """The attributes a trial is told with: a search trial's anchor speed around it (a block read now, after

@@ -315,8 +315,7 @@ class Tuner:
 
     def tell(self, study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
         """Store the result (docs/storage.md; its ratio to the anchor, read now), its files as artifacts; finish it."""
-        self._anchor.record(trial, result)
-        tell(self.spec, study, trial, result, self._artifacts)
+        tell(self.spec, study, trial, result, self._artifacts, self._anchor.record(trial, result))
         self._mine.told(trial)
 
     # -- confirmation -----------------------------------------------------------------------------------

@@ -48,13 +48,13 @@ from autotune.tuner._writes import set_user_attrs
 Attach = Callable[[optuna.Study, int, str], dict[str, Any]]
 
 
-def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: TrialResult, attach: Attach) -> None:
-    """Store the result on the trial (docs/storage.md) and finish it with the right state. A run that failed
-    on a full disk is no verdict on its configuration: it is recorded as interrupted (retried on resume) and
-    the run stops with one line (:class:`DiskFull`)."""
+def tell(spec: StudySpec, study: optuna.Study, trial: optuna.Trial, result: TrialResult, attach: Attach,
+         paired: dict[str, Any] | None = None) -> None:
+    """Store the result on the trial (docs/storage.md; with ``paired``, its ratio to the search's anchor) and finish
+    it with the right state. A run that failed on a full disk is no verdict on its configuration: it is recorded
+    as interrupted (retried on resume) and the run stops with one line (:class:`DiskFull`)."""
     _stop_if_disk_full(study, trial, result)
-    attrs = result_attrs(spec, result)
-    attrs.update(time_to_loss_attrs(result, spec))
+    attrs = {**result_attrs(spec, result), **time_to_loss_attrs(result, spec), **(paired or {})}
     study_noise = _study_noise(spec, study)  # goodput: for a trial that measured no noise scale of its own
     attrs.update(goodput_attrs(result, spec, study_noise))
     # The verdict first, so that the constraints go in the attributes' transaction.

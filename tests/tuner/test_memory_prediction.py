@@ -58,11 +58,17 @@ def _landscape(launched: list[TrialConfig]) -> Callable[[TrialConfig, int], Meas
     return landscape
 
 
+def _runner(launched: list[TrialConfig]) -> Callable[..., object]:
+    """The replay, unpaired: every reading of the landscape is a launch here (a paired search's anchor would read the
+    baseline's configuration between trials too)."""
+    return replay_runner(_landscape(launched), paired=False)
+
+
 def test_configurations_predicted_over_the_budget_are_not_launched(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir("memory-gate", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
                    constraints={"max_memory_mb": BUDGET}, confirm={"top_k": 0})
     launched: list[TrialConfig] = []
-    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape(launched))).run(
+    summary = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=_runner(launched)).run(
         n_trials=20)
     trials = sd.load().get_trials(deepcopy=False)
     skipped = [t for t in trials if t.user_attrs.get("launched") is False]
@@ -103,7 +109,7 @@ def test_configurations_predicted_over_the_budget_are_not_launched(study_dir: Ca
 def test_without_a_budget_every_configuration_is_launched_and_predicted(study_dir: Callable[..., StudyDir]) -> None:
     sd = study_dir("memory-no-budget", search_space=SPACE, trial=TRIAL, confirm={"top_k": 0})
     launched: list[TrialConfig] = []
-    Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape(launched))).run(n_trials=8)
+    Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=_runner(launched)).run(n_trials=8)
     trials = sd.load().get_trials(deepcopy=False)
     assert len(launched) == len(trials) == 8
     assert not any(t.user_attrs.get("launched") is False for t in trials)
@@ -116,7 +122,7 @@ def test_predict_memory_false_launches_every_configuration(study_dir: Callable[.
     sd = study_dir("memory-gate-off", search_space=SPACE, trial=TRIAL, sampler={"name": "grid"},
                    constraints={"max_memory_mb": BUDGET, "predict_memory": False}, confirm={"top_k": 0})
     launched: list[TrialConfig] = []
-    Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=replay_runner(_landscape(launched))).run(n_trials=20)
+    Tuner(load_spec(str(sd.file)), launcher=NoLaunch(), run_trial=_runner(launched)).run(n_trials=20)
     trials = sd.load().get_trials(deepcopy=False)
     assert len(launched) == len(trials) == 20
     assert not any(t.user_attrs.get("launched") is False for t in trials)
