@@ -170,8 +170,8 @@ def _pipelines(knobs: Mapping[str, KnobSpec], pp: int) -> list[tuple[str | None,
 def feasible_layouts(
     knobs: Mapping[str, KnobSpec], facts: MeshFacts | None, global_batch: Sequence[int] = (),
 ) -> tuple[tuple[Layout, ...], dict[str, str]]:
-    """Every feasible layout of ``knobs`` on the model ``facts`` describe, in order of preference (fewer ranks,
-    then the held global batch's order and less accumulation, then smaller degrees), and for each mesh that
+    """Every feasible layout of ``knobs`` on the model ``facts`` describe, in order of preference (the held global
+    batches in their order, then fewer ranks, smaller degrees and less accumulation), and for each mesh that
     none reaches, why (``{mesh label: reason}``). Raises :class:`NoFeasibleMesh` when none is feasible, or
     when more than :data:`MAX_LAYOUTS` are."""
     out: list[Layout] = []
@@ -192,7 +192,12 @@ def feasible_layouts(
     if not out:
         reason = next((why for label, why in dropped.items() if label), dropped.get("", "no mesh"))
         raise NoFeasibleMesh(f"no mesh of the search space can run ({_space(knobs)}): {reason}")
-    out.sort(key=lambda lay: (lay.world_size, lay.pipeline_parallel * lay.tensor_parallel, lay.pipeline_parallel))
+    def held(lay: Layout) -> int:  # the held global batch's place in the list (its first value is preferred)
+        return list(global_batch).index((lay.batch_size or 0) * (lay.grad_accum or 0) * lay.data_parallel) \
+            if global_batch else 0
+
+    out.sort(key=lambda lay: (held(lay), lay.world_size, lay.pipeline_parallel * lay.tensor_parallel,
+                              lay.pipeline_parallel, lay.grad_accum or 1))
     reached = {lay.mesh_label for lay in out}
     return tuple(out), {label: why for label, why in dropped.items() if label and label not in reached}
 

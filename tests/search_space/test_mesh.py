@@ -189,3 +189,13 @@ def test_goodput_needs_a_mesh_of_data_parallelism_alone() -> None:
 
     assert not measures_noise_scale(space_of({"world_size": 2, "tensor_parallel": {"choices": [2]}}))
     assert measures_noise_scale(space_of({"world_size": 2, "tensor_parallel": {"choices": [1, 2]}}))
+
+
+def test_the_first_held_global_batch_is_preferred_then_fewer_ranks() -> None:
+    section = {"world_size": {"choices": [1, 2]}, "tensor_parallel": {"choices": [1, 2]},
+               "batch_size": {"choices": [4, 8, 16, 32]}, "grad_accum": {"choices": [1, 2]}}
+    space = space_of(section, global_batch=(32, 16))
+    totals = [lay.batch_size * lay.grad_accum * lay.data_parallel for lay in space.layouts]  # type: ignore[operator]
+    assert totals == sorted(totals, key=lambda t: (32, 16).index(t)) and totals[0] == 32
+    first = space.default_config()
+    assert (first.global_batch, first.world_size, first.grad_accum) == (32, 1, 1)
