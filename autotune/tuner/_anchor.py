@@ -4,7 +4,8 @@ each search trial, so that every search trial is judged and fitted by its ratio 
 
 The anchor starts before the first search trial, once the baseline trial has measured the configuration (its
 speed sets the block's steps: ``confirm.block_s`` at that speed, as a race's blocks). It is frozen (SIGSTOP, as a
-race's entrants are: autotune/trial_runner/_pace.py) while a trial runs, so the two never measure each other, and
+race's entrants are: autotune/trial_runner/_pace.py) while a trial runs, so the two never measure each other (it
+holds the machine's cores, a live launcher's lease, only while it starts and during its blocks), and
 thawed for one block (half a race's, :data:`ANCHOR_BLOCK`) right after each trial ends, before the trial is
 told: that block is the trial's reading after and the next trial's reading before. Its cost is its start (a
 launch and a warm-up, once) and one block a trial, recorded as the study attribute ``autotune_anchor``
@@ -66,7 +67,7 @@ class Anchor:
         self.spec, self.observer, self.clock = spec, observer, clock
         self._open, self._sharing = open_entrant, sharing
         self._entrant: Entrant | None = None
-        self._held = contextlib.ExitStack()
+        self._plan: TrialPlan | None = None
         self.readings: list[float] = []
         self.seconds = 0.0  # the anchor's own cost: its start and its blocks
         self.key: str | None = None
@@ -131,7 +132,6 @@ class Anchor:
                                                   "tuner_s": round(self.seconds, 3)})
         finally:
             self._entrant, self._open = None, None
-            self._held.close()
 
     def _start(self, study: optuna.Study) -> None:
         if self._open is None:
@@ -148,12 +148,12 @@ class Anchor:
         steps = block_steps(ANCHOR_BLOCK * self.spec.confirm.block_s, baseline.median, config)
         plan = plan_for(self.spec, config, evaluate=False).model_copy(update={"pace_steps": steps})
         began = self.clock()
+        self._plan = plan
         try:
-            if self._sharing is not None:  # the anchor and the trials hold one lease: one of them runs at a time
-                self._held.enter_context(self._sharing(plan))
-            self._entrant = self._open(plan, self.spec.runs_dir() / "anchor")
-            self.key = baseline.config_key
-            self._entrant.start(float(self.spec.trial.max_seconds))
+            with self._leased():
+                self._entrant = self._open(plan, self.spec.runs_dir() / "anchor")
+                self.key = baseline.config_key
+                self._entrant.start(float(self.spec.trial.max_seconds))
         except (EntrantFailed, RuntimeError, OSError) as e:
             self._fail(f"could not start: {e}")
             return
@@ -169,7 +169,8 @@ class Anchor:
             return None
         began = self.clock()
         try:
-            reading = self._entrant.block(block_timeout(self.spec)).window_throughput_samples_s
+            with self._leased():
+                reading = self._entrant.block(block_timeout(self.spec)).window_throughput_samples_s
         except (EntrantFailed, RuntimeError, OSError) as e:
             self._fail(f"failed: {e}")
             return None
@@ -178,13 +179,19 @@ class Anchor:
         self.readings.append(reading)
         return reading
 
+    def _leased(self) -> AbstractContextManager[None]:
+        """The machine's cores held while the anchor starts or runs a block (a live launcher's lease, as a trial's;
+        released while it is frozen, so that a trial, this study's or another's, can lease them)."""
+        if self._sharing is None or self._plan is None:
+            return contextlib.nullcontext()
+        return self._sharing(self._plan)
+
     def _fail(self, why: str) -> None:
         self.failed = why
         self.observer.note(f"the search's anchor {why}; trials are judged on their own readings from here")
         with contextlib.suppress(Exception):
             if self._entrant is not None:
                 self._entrant.close()
-        self._held.close()
 
 
 @contextlib.contextmanager
