@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import statistics
 from pathlib import Path
+from typing import Any
 
 import optuna
+import pytest
 import yaml
 from rich.console import Console
 
@@ -53,8 +55,15 @@ def _study(folder: Path) -> tuple[optuna.Study, object]:
     return study, (summary, spec)
 
 
-def test_throughput_by_mesh_and_the_meshes_skipped_over_the_budget(tmp_path: Path) -> None:
-    study, (summary, spec) = _study(tmp_path)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.Study, Any, Any]:
+    folder = tmp_path_factory.mktemp("mesh-view")
+    study, (summary, spec) = _study(folder)
+    return folder, study, summary, spec
+
+
+def test_throughput_by_mesh_and_the_meshes_skipped_over_the_budget(built: tuple[Path, optuna.Study, Any, Any]) -> None:
+    _, study, summary, spec = built
     trials = study.get_trials(deepcopy=False)
     data = mesh_data(study)
     assert data.shown
@@ -97,11 +106,10 @@ def test_throughput_by_mesh_and_the_meshes_skipped_over_the_budget(tmp_path: Pat
     assert all(m in text for m in meshes)
 
 
-def test_best_shows_the_mesh_knobs_and_the_mesh(tmp_path: Path) -> None:
-    _study(tmp_path)
+def test_best_shows_the_mesh_knobs_and_the_mesh(built: tuple[Path, optuna.Study, Any, Any]) -> None:
     from autotune.cli._results import best_payload
 
-    payload = best_payload(str(tmp_path / "study.yaml"), None)
+    payload = best_payload(str(built[0] / "study.yaml"), None)
     assert (payload["config"]["tensor_parallel"], payload["config"]["pipeline_parallel"]) == (2, 2)
     assert payload["config"]["pipeline_schedule"] == "1f1b" and payload["config"]["pipeline_microbatches"] == 2
     assert payload["derived"]["mesh"] == "pp2.dp1.tp2.1f1b.mb2" and payload["derived"]["data_parallel"] == 1
