@@ -34,7 +34,7 @@ def _speed(config: TrialConfig) -> float:
     return 100.0 * config.data_parallel + 60.0 * config.tensor_parallel + 10.0 * config.pipeline_parallel
 
 
-def _study(folder: Path) -> tuple[optuna.Study, object]:
+def _study(folder: Path) -> tuple[optuna.Study, tuple[Any, Any]]:
     (folder / "mesh.py").write_text(MESH_PY)
     doc = {
         "name": "mesh-view", "workload": {"entrypoint": "mesh.py:build"},
@@ -88,8 +88,8 @@ def test_throughput_by_mesh_and_the_meshes_skipped_over_the_budget(built: tuple[
     assert trials[0].user_attrs["outcome"] == "oom" and len(skipped) >= 3
     launched = [t for t in trials[1:] if t.user_attrs.get("launched") is not False]
     assert all(_peak(TrialConfig.model_validate(t.user_attrs["config"])) <= BUDGET for t in launched)
-    assert summary.best_config is not None and (summary.best_config.tensor_parallel,  # type: ignore[attr-defined]
-                                                summary.best_config.pipeline_parallel) == (2, 2)  # type: ignore
+    assert summary.best_config is not None
+    assert (summary.best_config.tensor_parallel, summary.best_config.pipeline_parallel) == (2, 2)
     for t in skipped:  # only a mesh the budget cannot hold is skipped, and its reason names the mesh
         config = TrialConfig.model_validate(t.user_attrs["config"])
         assert _peak(config) > BUDGET
