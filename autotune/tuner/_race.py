@@ -135,7 +135,7 @@ def _rounds(
             runner = runners[key]
             try:
                 if fit.mode != "race":
-                    make_room(fit, {k: r.entrant for k, r in runners.items()}, key, order[place + 1:])
+                    make_room(fit, {k: r.entrant for k, r in runners.items()}, order, place)
                 window = runner.entrant.block(block_timeout(spec))
             except (EntrantFailed, RuntimeError) as e:
                 runner.failed = str(e)

@@ -249,12 +249,18 @@ def relaunching(open_run: Callable[[TrialPlan, Path], _Run]) -> Callable[[TrialP
     return lambda plan, trial_dir: Relaunched(open_run, plan, trial_dir)
 
 
-def make_room(residency: Residency, entrants: Mapping[str, Any], key: str, upcoming: Sequence[str]) -> None:
-    """Before ``key``'s block: end resident entrants until it fits beside the rest, first those the round does not
-    read again, then those it reads last."""
+def make_room(residency: Residency, entrants: Mapping[str, Any], order: Sequence[str], place: int) -> None:
+    """Before the block of ``order[place]`` (this round's order): end resident entrants until it fits beside the
+    rest: first those the round does not read again, the one read longest ago first, then those it reads last.
+    The rule looks at places in the shuffled order only, never at which entrant is which (the baseline included),
+    so every entrant is as likely as any other to read a block fresh from its launch rather than resumed."""
+    key, upcoming, read = order[place], order[place + 1:], order[:place]
     alive = [k for k, e in entrants.items() if k != key and getattr(e, "alive", False)]
-    next_use = {k: upcoming.index(k) if k in upcoming else len(upcoming) for k in alive}
-    for other in sorted(alive, key=lambda k: -next_use[k]):
+
+    def keep(k: str) -> tuple[int, int]:  # the smallest is ended first
+        return (-upcoming.index(k), 0) if k in upcoming else (-len(upcoming) - 1, read.index(k) if k in read else -1)
+
+    for other in sorted(alive, key=keep):
         if residency.fits([*[k for k in alive if getattr(entrants[k], "alive", False)], key]):
             return
         entrants[other].evict()

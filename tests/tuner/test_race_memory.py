@@ -82,14 +82,20 @@ class _Resident:
 
 def test_room_is_made_from_the_entrants_the_round_reads_last() -> None:
     fit = _fit(7000, base=2000, a=2000, b=2000, c=2000)  # three fit together
-    entrants = {k: _Resident() for k in ("base", "a", "b")}
-    entrants["c"] = _Resident()
+    entrants = {k: _Resident() for k in ("base", "a", "b", "c")}
     entrants["c"].alive = False
-    make_room(fit, entrants, "c", upcoming=["a", "base"])  # b is not read again this round: it goes
+    make_room(fit, entrants, ["b", "base", "c", "a"], 2)  # b and base were read: b, read longest ago, goes
     assert [k for k, e in entrants.items() if e.evicted] == ["b"]
-    entrants["c"].alive = True
-    make_room(fit, entrants, "b", upcoming=["base"])
-    assert entrants["a"].evicted == 1 and entrants["base"].evicted == 0
+    for e in entrants.values():
+        e.alive, e.evicted = True, 0
+    entrants["b"].alive = False
+    make_room(fit, entrants, ["b", "a", "base", "c"], 0)  # all read later this round: c, read last, goes
+    assert [k for k, e in entrants.items() if e.evicted] == ["c"]
+    for e in entrants.values():
+        e.alive, e.evicted = True, 0
+    entrants["a"].alive = False
+    make_room(fit, entrants, ["base", "a", "b", "c"], 1)  # the baseline, read longest ago, is no exception
+    assert entrants["base"].evicted == 1 and entrants["b"].evicted == 0
 
 
 SPACE = {"batch_size": {"choices": [16, 32, 64, 128]}, "num_workers": {"low": 0, "high": 1}}
