@@ -217,9 +217,9 @@ class Unrepeated(BaseSampler):
     def _measured(self, study: optuna.Study, number: int) -> set[Key]:
         """The configurations the study has measured (module docstring), but trial ``number``'s."""
         return {_key(t.params) for t in others_of(study, SimpleNamespace(number=number))  # type: ignore[arg-type]
-                if self._ran(t)}
+                if self.ran_its_params(t)}
 
-    def _ran(self, trial: FrozenTrial) -> bool:
+    def ran_its_params(self, trial: FrozenTrial) -> bool:
         """Whether ``trial`` ran the configuration its parameters make in this space (a trial without a stored
         configuration: yes)."""
         key = trial.user_attrs.get("config_key")

@@ -28,7 +28,7 @@ from autotune.trial_runner import Launcher, make_launcher, plan_for, run_trial, 
 from autotune.tuner._anchor import Anchor, anchored
 from autotune.tuner._artifacts import TrialArtifacts
 from autotune.tuner._confirmation import confirm, confirm_reserve_s
-from autotune.tuner._exhausted import SpaceExhausted, before_ask
+from autotune.tuner._exhausted import REREAD, SpaceExhausted, before_ask
 from autotune.tuner._memory import gate as memory_gate
 from autotune.tuner._memory import predict_memory, prediction_attrs
 from autotune.tuner._observer import Observer
@@ -204,8 +204,8 @@ class Tuner:
 
         Counting and asking happen under the study lock, so workers sharing a study never run more than
         ``target`` trials between them (a dead worker's trial is failed, queued again, and run by another).
-        A configuration pruned near the best is queued for a second look first; with none and every configuration
-        of the space measured, SpaceExhausted (:func:`autotune.tuner._exhausted.before_ask`).
+        A configuration pruned near the best is queued for a second look first; with every configuration of the
+        space measured, one is queued to be read again (:func:`autotune.tuner._exhausted.before_ask`).
         """
         self.recover(study)
         with study_lock(self.url, study.study_name):
@@ -289,7 +289,7 @@ class Tuner:
         else:
             with traced("suggest", trial=trial.number):  # the sampler's fit and search, a commit per knob
                 config = self.space.suggest(trial)
-            if "warm_start" not in trial.user_attrs:  # an earlier study's best, queued: not the sampler's
+            if not {"warm_start", REREAD} & set(trial.user_attrs):  # queued (an earlier study's best, a re-read)
                 sampler = self._sampler_of(study, trial.number)
         key = config_key(config.model_dump())
         prediction = predict_memory(self.spec, study, config.model_dump())

@@ -1,6 +1,7 @@
 """No configuration is proposed twice by accident: a search proposes every configuration of a small space before
-any repeat, says when the space is exhausted, and stops searching there. Through the real Tuner on a replayed
-landscape (the search's decisions are the live study's; only the measurement is replayed)."""
+any repeat, says when the space is exhausted, and from there reads configurations again only on purpose (queued,
+marked ``reread_of``). Through the real Tuner on a replayed landscape (the search's decisions are the live
+study's; only the measurement is replayed)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from autotune.search_space import TrialConfig
 from autotune.tuner import EXHAUSTED_ATTR, Measured, NoLaunch, Tuner, replay_runner
+from autotune.tuner._exhausted import REREAD
 from autotune.workload_check import load_spec
 
 from .conftest import StudyDir
@@ -31,7 +33,7 @@ def _search(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenT
 
 
 @pytest.mark.parametrize("sampler", ["gp", "tpe", "random", "qmc", "cmaes", "grid"])
-def test_every_value_of_a_three_value_hyperparameter_comes_before_any_repeat_and_the_search_stops_there(
+def test_every_value_of_a_three_value_hyperparameter_comes_before_any_repeat_and_then_one_is_read_on_purpose(
     study_dir: Callable[..., StudyDir], sampler: str,
 ) -> None:
     sd = study_dir(f"three-{sampler}", hyperparameters={"width": {"choices": WIDTHS}}, trial=TRIAL,
@@ -43,9 +45,14 @@ def test_every_value_of_a_three_value_hyperparameter_comes_before_any_repeat_and
     trials = summary.study.get_trials(deepcopy=False)
     assert trials[0].user_attrs["role"] == "baseline"
     assert trials[0].user_attrs["config"]["hyperparameters"]["width"] == 32
-    widths = [t.user_attrs["config"]["hyperparameters"]["width"] for t in _search(trials)]
-    assert sorted(widths) == WIDTHS, widths  # each once, none twice; no fourth search trial
-    assert all(t.state == optuna.trial.TrialState.PRUNED for t in _search(trials))
+    search = _search(trials)
+    widths = [t.user_attrs["config"]["hyperparameters"]["width"] for t in search]
+    assert len(search) == 4 and sorted(widths[:3]) == WIDTHS, widths  # each once before any repeat
+    assert all(REREAD not in t.user_attrs and "sampler" in t.user_attrs for t in search[:3])
+    # the fourth reads one again on purpose: the least read, the best reading among equals (40: 680 samples/s)
+    again = search[3]
+    assert again.user_attrs.get(REREAD) == search[widths.index(40)].number and widths[3] == 40
+    assert "sampler" not in again.user_attrs  # queued, not proposed
     exhausted = summary.study.user_attrs.get(EXHAUSTED_ATTR)
     assert isinstance(exhausted, dict) and exhausted["configurations"] == 3 and exhausted["trials"] == 4, exhausted
     assert sum("every configuration of the search space has been measured" in line for line in lines) == 1, lines
@@ -63,6 +70,8 @@ def test_a_point_whose_parameters_the_baseline_shares_but_not_its_fixed_knobs_is
                     run_trial=replay_runner(lambda config, repeat: Measured(1000.0))).run()
     trials = summary.study.get_trials(deepcopy=False)
     assert trials[0].params == {"batch_size": 32} and trials[0].user_attrs["config"]["num_workers"] == 0
-    search = sorted((t.params["batch_size"], t.user_attrs["config"]["num_workers"]) for t in _search(trials))
-    assert search == [(16, 1), (32, 1)]
+    search = [(t.params["batch_size"], t.user_attrs["config"]["num_workers"]) for t in _search(trials)]
+    assert sorted(search[:2]) == [(16, 1), (32, 1)] and sorted(search[2:]) == [(16, 1), (32, 1)], search
     assert summary.study.user_attrs[EXHAUSTED_ATTR]["configurations"] == 2
+    rereads = [t for t in _search(trials) if REREAD in t.user_attrs]  # the budget's last two: read again
+    assert len(rereads) == 2 and all(t.user_attrs["config"]["num_workers"] == 1 for t in rereads)
