@@ -145,7 +145,10 @@ class Anchor:
         if config.device != "cpu" and self._sharing is not None:  # frozen, it would hold its device memory
             self._open = None
             return
-        steps = block_steps(ANCHOR_BLOCK * self.spec.confirm.block_s, baseline.median, config)
+        # At least a reporting window's steps, what the pruner compares: the baseline's speed is one reading, and
+        # on a busy machine (a quickstart read 278 samples/s where the race read 1,548) it made 1-step blocks.
+        steps = max(block_steps(ANCHOR_BLOCK * self.spec.confirm.block_s, baseline.median, config),
+                    self.spec.trial.window())
         plan = plan_for(self.spec, config, evaluate=False).model_copy(update={"pace_steps": steps})
         began = self.clock()
         self._plan = plan
