@@ -214,11 +214,14 @@ class MemoryModel:
             return None
         state = _state_mb(self.size)
         fit = MeshFit.fit(group, state)
+        # a lower bound has no error below it: the activations it leaves out (>= 0) are its margin
+        bound = mesh_lower_bound(config, group, state)
         if fit is None:
-            bound = mesh_lower_bound(config, group, state)
-            # no error below it: the activations it leaves out (>= 0) are its margin
             return None if bound is None else MemoryPrediction(bound, 0.0, "mesh lower bound", self.n_trials)
         mb = fit.predict(config)
+        if bound is not None and bound > mb - fit.error * mb:  # the fit's error reaches below what is known
+            mb = max(mb, bound)
+            return MemoryPrediction(mb, mb - bound, "mesh fit, bounded below", self.n_trials)
         return MemoryPrediction(mb, fit.error * mb, "mesh fit", self.n_trials) if mb > 0 else None
 
     def _bounded(self, config: Mapping[str, Any], prediction: MemoryPrediction | None) -> MemoryPrediction | None:
