@@ -20,6 +20,7 @@ changes: trials are judged and fitted on their own readings.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -49,6 +50,8 @@ ANCHOR_BLOCK = 0.5
 #: quickstart's MLP scattered on the 2-core VM (11-15% a block, drift included), so the first paired judgements
 #: prune only what is 25% or more behind.
 PRIOR_BLOCK_NOISE = 0.1
+#: A block this far below the anchor's recent ones was disturbed (the confirmation race's rule: a fifth or more).
+DISTURBED = 0.2
 
 
 def can_pair(spec: StudySpec) -> bool:
@@ -72,6 +75,7 @@ class Anchor:
         self.seconds = 0.0  # the anchor's own cost: its start and its blocks
         self.key: str | None = None
         self.failed: str | None = None
+        self.disturbed = 0  # blocks read again: far below the anchor's last ones
 
     @classmethod
     def for_study(cls, spec: StudySpec, run_trial: Callable[..., TrialResult], launcher: Launcher,
@@ -129,7 +133,8 @@ class Anchor:
                     self._entrant.close()
                 study.set_user_attr(Paired.STUDY_ATTR, {"config_key": self.key, "blocks": self.readings,
                                                   "seconds": round(self._entrant.wall_s, 3), "failed": self.failed,
-                                                  "tuner_s": round(self.seconds, 3)})
+                                                  "tuner_s": round(self.seconds, 3),
+                                                  "disturbed": self.disturbed})
         finally:
             self._entrant, self._open = None, None
 
@@ -167,20 +172,30 @@ class Anchor:
         self._read()
 
     def _read(self) -> float | None:
-        """One block of the anchor (None, and the anchor ended, when it fails)."""
+        """One block of the anchor (None, and the anchor ended, when it fails). A block more than
+        :data:`DISTURBED` below the median of the anchor's last blocks (seconds apart: the drift between two is a
+        few percent) read something else holding the machine: one more block is read in its place, once."""
+        reading = self._block()
+        recent = self.readings[-3:]
+        if reading is not None and len(recent) >= 2 and reading < (1 - DISTURBED) * statistics.median(recent):
+            self.disturbed += 1
+            reading = self._block()
+        if reading is not None:
+            self.readings.append(reading)
+        return reading
+
+    def _block(self) -> float | None:
         if self._entrant is None or self.failed is not None:
             return None
         began = self.clock()
         try:
             with self._leased():
-                reading = self._entrant.block(block_timeout(self.spec)).window_throughput_samples_s
+                return self._entrant.block(block_timeout(self.spec)).window_throughput_samples_s
         except (EntrantFailed, RuntimeError, OSError) as e:
             self._fail(f"failed: {e}")
             return None
         finally:
             self.seconds += self.clock() - began
-        self.readings.append(reading)
-        return reading
 
     def _leased(self) -> AbstractContextManager[None]:
         """The machine's cores held while the anchor starts or runs a block (a live launcher's lease, as a trial's;

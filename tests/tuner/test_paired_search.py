@@ -171,3 +171,24 @@ def test_a_live_study_keeps_the_baseline_alive_as_its_anchor_and_pairs_every_sea
         assert a[Paired.RATIO] == pytest.approx(a["throughput_samples_s"] / a[Paired.SPEED])
     assert (sd.runs / "anchor" / "config.json").exists()
     assert_nothing_left(study, sd)
+
+
+def test_an_anchor_block_far_below_the_last_ones_is_read_again(tmp_path: Path) -> None:
+    # A block a fifth or more below the anchor's recent ones read something else holding the machine (a quickstart
+    # on a busy machine read 510 samples/s between 2,965 and 1,557): one more block is read in its place, once.
+    from types import SimpleNamespace
+
+    from autotune.tuner import Observer
+    from autotune.tuner._anchor import Anchor
+
+    sd = make_study(tmp_path / "disturbed", "disturbed", search_space={"batch_size": {"choices": [16, 32]}})
+    blocks = iter([1000.0, 990.0, 500.0, 1010.0, 700.0, 720.0])
+
+    class Entrant:
+        def block(self, timeout_s: float) -> Any:
+            return SimpleNamespace(window_throughput_samples_s=next(blocks))
+
+    anchor = Anchor(load_spec(str(sd.file)), lambda plan, folder: Entrant(), Observer())  # type: ignore[arg-type,return-value]
+    anchor._entrant = Entrant()  # type: ignore[assignment]
+    assert [anchor._read() for _ in range(4)] == [1000.0, 990.0, 1010.0, 720.0]
+    assert anchor.readings == [1000.0, 990.0, 1010.0, 720.0] and anchor.disturbed == 2
