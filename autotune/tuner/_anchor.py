@@ -126,17 +126,17 @@ class Anchor:
         return {Paired.SPEED: anchor, Paired.RATIO: speed / anchor if speed is not None else None}
 
     def close(self, study: optuna.Study) -> None:
-        """End the anchor's run and record it (the study attribute ``autotune_anchor``)."""
-        try:
-            if self._entrant is not None:
-                if self.failed is None:
-                    self._entrant.close()
-                study.set_user_attr(Paired.STUDY_ATTR, {"config_key": self.key, "blocks": self.readings,
-                                                  "seconds": round(self._entrant.wall_s, 3), "failed": self.failed,
-                                                  "tuner_s": round(self.seconds, 3),
-                                                  "disturbed": self.disturbed})
-        finally:
-            self._entrant, self._open = None, None
+        """End the anchor's run and record it (the study attribute ``autotune_anchor``). The record is best effort:
+        the search may be ending on a Ctrl-C or a storage that is gone, whose error is the one to raise."""
+        entrant, self._entrant, self._open = self._entrant, None, None
+        if entrant is None:
+            return
+        if self.failed is None:
+            entrant.close()
+        with contextlib.suppress(Exception):
+            study.set_user_attr(Paired.STUDY_ATTR, {"config_key": self.key, "blocks": self.readings,
+                                                    "seconds": round(entrant.wall_s, 3), "failed": self.failed,
+                                                    "tuner_s": round(self.seconds, 3), "disturbed": self.disturbed})
 
     def _start(self, study: optuna.Study) -> None:
         if self._open is None:
