@@ -107,6 +107,10 @@ def build_bad_plan():
     return _workload(12, 6, tp_plan={"layers.*.q": "colwise"})
 
 
+def build_sequence_plan():
+    return _workload(12, 6, tp_plan={"blocks.*.q": "colwise", "blocks.*.proj": "rowwise", "head": "sequence"})
+
+
 def build_inner_split():
     return _workload(12, 6, pipeline_split=("blocks.1.q",), pipeline_loss=torch.nn.functional.cross_entropy)
 
@@ -392,6 +396,9 @@ CASES = [
         ("fp16_beside_pipeline", "'mesh.py:build'",
          "launcher: {device: cuda}\nsearch_space: {world_size: 2, pipeline_parallel: {choices: [1, 2]}, "
          "amp: {choices: [off, fp16]}}\n", "search_space.amp", "fp16 cannot meet pipeline_parallel above 1"),
+        ("sequence_plan_without_hook", "'mesh.py:build_sequence_plan'",
+         "search_space: {world_size: 2, tensor_parallel: 2}\n", "tensor_parallel 2",
+         "sequence entries need a parallelize hook", "add Workload.parallelize"),
         ("split_inside_a_block", "'mesh.py:build_inner_split'",
          "search_space: {world_size: 2, pipeline_parallel: 2}\n", "Workload.pipeline_split",
          "cannot start a stage at 'blocks.1.q'", "e.g. 'blocks', 'blocks.0'"),

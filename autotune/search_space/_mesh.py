@@ -108,6 +108,10 @@ def mesh_problem(values: Mapping[str, Any], facts: MeshFacts | None) -> str | No
         if facts.tensor_plan is None:
             return (f"tensor_parallel {tp}: the workload does not say how its layers split; add Workload.tp_plan "
                     "(module-name patterns to colwise/rowwise) or Workload.parallelize(model, mesh, config)")
+        if facts.sequence_without_hook:
+            return (f"tensor_parallel {tp}: Workload.tp_plan's sequence entries need a parallelize hook that shards "
+                    "the activations around them (plain colwise/rowwise layers do not); add Workload.parallelize or "
+                    "drop the sequence entries")
         for where, size in (*facts.heads, *facts.split_dims):
             if size % tp:
                 return (f"tensor_parallel {tp} does not divide the model's {where} ({size}); give a tensor degree "

@@ -39,6 +39,7 @@ class MeshFacts:
     heads: tuple[tuple[str, int], ...] = ()
     split_dims: tuple[tuple[str, int], ...] = ()
     pipeline_loss: bool = False  # the workload has a pipeline_loss(output, target) for the last stage
+    sequence_without_hook: bool = False  # tp_plan has sequence entries, and no parallelize hook shards around them
 
     @property
     def max_stages(self) -> int:
@@ -53,8 +54,9 @@ def mesh_facts(workload: Workload, model: Any | None = None) -> MeshFacts:
     split = workload.pipeline_split
     points = len(split) if split else None
     staged = getattr(workload, "pipeline_loss", None) is not None
+    sequence = workload.parallelize is None and "sequence" in (workload.tp_plan or {}).values()
     if model is None:
-        return MeshFacts(plan, points, pipeline_loss=staged)
+        return MeshFacts(plan, points, pipeline_loss=staged, sequence_without_hook=sequence)
     if plan is None and _hf_plan(model):
         plan = HF_PLAN
     modules = dict(model.named_modules())
@@ -73,7 +75,7 @@ def mesh_facts(workload: Workload, model: Any | None = None) -> MeshFacts:
                 f"Workload.tp_plan: the pattern {pattern!r} matches no module of the model; patterns match full "
                 "module names (fnmatch), e.g. 'blocks.*.attn.q'"
             )
-    return MeshFacts(plan, points, _heads(model), _split_dims(model, workload.tp_plan or {}), staged)
+    return MeshFacts(plan, points, _heads(model), _split_dims(model, workload.tp_plan or {}), staged, sequence)
 
 
 def build_for_facts(workload: Workload) -> Any | None:
