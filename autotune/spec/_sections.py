@@ -212,7 +212,7 @@ class ConstraintsSpec(BaseModel):
     )
     global_batch: GlobalBatchField = Field(
         None,
-        description="hold the global batch: only splits batch_size x grad_accum x world_size equal to it (an "
+        description="hold the global batch: only splits batch_size x grad_accum x data-parallel degree equal to it (an "
         "integer, or {choices: [...]}) are proposed, and the learning rate is base_lr in every trial (lr_scaling "
         "is not applied)",
     )
