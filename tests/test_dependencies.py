@@ -161,7 +161,8 @@ CHECK = textwrap.dedent(
         trial = study.ask()
         config = space.suggest(trial)
         study.tell(trial, float(config.batch_size) / (1 + config.num_workers))
-    print("ok", type(study.sampler).__name__, type(study.pruner).__name__, len(study.trials))
+    inner = getattr(study.sampler, "inner", study.sampler)  # the study file's sampler, inside the no-repeat wrapper
+    print("ok", type(inner).__name__, type(study.pruner).__name__, len(study.trials))
     """
 )
 

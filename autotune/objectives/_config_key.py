@@ -23,11 +23,12 @@ def config_key(config_json: Mapping[str, object]) -> str:
     # Knobs added after the first ten, and env: variables, enter the key only when they differ from their
     # default (absent in a configuration stored before they existed): keys of earlier studies stay the same.
     sharded = config_json.get("sharding", "ddp") != "ddp"
+    piped = config_json.get("pipeline_parallel", 1) != 1
     for name, knob in KNOBS.items():
         if name in BASE_KNOBS or name not in config_json:
             continue
         value = config_json[name]
-        if value != knob.default and not (sharded and knob.ddp_only):
+        if value != knob.default and not (sharded and knob.ddp_only) and not (knob.pipeline_only and not piped):
             parts.append(f"{name}={_format(value)}")
     env = config_json.get("env") or {}
     if isinstance(env, Mapping):

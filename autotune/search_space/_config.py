@@ -60,7 +60,8 @@ def _knob_field(knob: KnobDef) -> tuple[Any, Any]:
     if unset:
         kind = kind | None
     bound: dict[str, Any] = {"ge": knob.minimum} if knob.minimum is not None and not knob.words else {}
-    default = None if knob.name == "prefetch_factor" else knob.default
+    # None where it can be unset: a configuration stored before the pipeline's knobs existed loads as no pipeline
+    default = None if knob.name == "prefetch_factor" or knob.pipeline_only else knob.default
     if knob.default is None:  # batch_size: the workload's base_batch_size is the caller's to give
         return kind, Field(description=knob.help, **bound)
     return kind, Field(default, description=knob.help, **bound)

@@ -33,6 +33,7 @@ KNOBS = {
     "batch_size", "grad_accum", "lr_scaling", "num_workers", "prefetch_factor", "pin_memory", "amp",
     "activation_checkpointing", "bucket_cap_mb", "world_size",
     "threads_per_rank", "compile", "sharding", "gradient_as_bucket_view", "static_graph",
+    "tensor_parallel", "pipeline_parallel", "pipeline_schedule", "pipeline_microbatches",
 }
 CONFIG_KEYS = KNOBS | {"device", "base_lr", "base_batch_size", "global_batch", "lr", "env", "hyperparameters"}
 
