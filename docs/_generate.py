@@ -144,7 +144,9 @@ def knobs_page() -> str:
         "| knob | values | default | what it sets |\n|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n\nThe learning rate of a trial is `lr = base_lr * f(global_batch / base_batch_size)` with f = 1 "
-        "(`none`), x (`linear`) or √x (`sqrt`), where `global_batch = batch_size * grad_accum * data_parallel` and `data_parallel = world_size / (tensor_parallel * pipeline_parallel)` (the ranks of one tensor- or pipeline-parallel group train on one batch: [Tensor and pipeline parallel](../parallel.md)). "
+        "(`none`), x (`linear`) or √x (`sqrt`), where `global_batch = batch_size * grad_accum * data_parallel` and "
+        "`data_parallel = world_size / (tensor_parallel * pipeline_parallel)` (the ranks of one tensor- or "
+        "pipeline-parallel group train on one batch: [Tensor and pipeline parallel](../parallel.md)). "
         "How each knob is applied in a rank: [The workload interface](workload.md#how-autotune-applies-the-knobs). "
         "Hold the global batch: [A held global batch](global-batch.md).\n"
     )

@@ -74,7 +74,8 @@ def stored_global_batches(stored_spec: Any) -> tuple[int, ...] | None:
 def _schema() -> dict[str, Any]:
     integer = {"type": "integer", "minimum": 1}
     return {
-        "description": "hold the global batch (batch_size x grad_accum x data-parallel degree): an integer or {choices: [...]}",
+        "description": "hold the global batch (batch_size x grad_accum x data-parallel degree): an integer or "
+                       "{choices: [...]}",
         "anyOf": [
             {"type": "null"},
             integer,
