@@ -138,7 +138,8 @@ def test_no_hand_written_copy_of_the_knob_table_the_keys_or_the_cli_options() ->
 
 def test_nothing_points_at_the_old_single_reference_page() -> None:
     sources = [*markdown_files(), *ROOT.glob("autotune/**/*.py"), *ROOT.glob("tests/**/*.py"),
-               *ROOT.glob("benchmarks/*.py"), *ROOT.glob("studies/*")]
+               *ROOT.glob("benchmarks/*.py"), *ROOT.glob("studies/*.py"), *ROOT.glob("studies/*.yaml")]
+    # (not studies/*: the quickstart, run first in CI, leaves its SQLite study there)
     old = "docs/" + "reference.md"  # spelt in two parts, so this file does not name it
     assert not [str(p.relative_to(ROOT)) for p in sources if p.is_file() and old in p.read_text()]
 
