@@ -165,8 +165,12 @@ def grid_part(quick: bool, rounds: int, limits: dict[str, Any]) -> dict[str, Any
 
 
 def choice_part(quick: bool, grid: dict[str, Any], referee_rounds: int, limits: dict[str, Any]) -> dict[str, Any]:
+    # The study's baseline on a 4-rank mesh other than the grid's best (a study's baseline is the workload's default,
+    # one rank, unless told: on 2 cores one rank outruns every 4-rank mesh, and the study chose it, judging nothing)
+    baseline = grid["arms"][next(label for label in grid["arms"] if label != grid["best"])]
     with stage("choice: a study over the same meshes"):
-        calibration, _ = study("parallel-mesh-choice", GPT, grid["meshes"], grid["shardings"], quick)
+        calibration, _ = study("parallel-mesh-choice", GPT, grid["meshes"], grid["shardings"], quick,
+                               extra={"baseline": baseline})
     console.print(f"  chose {calibration.summary()}")
     with stage(f"choice: the choice against the grid's best, {referee_rounds} interleaved rounds"):
         judged = referee(GPT, calibration.config, grid["arms"][grid["best"]], referee_rounds, limits, "referee")
