@@ -212,6 +212,9 @@ def _completed(
 ) -> Iterable[Layout]:
     """The feasible layouts of one mesh: itself, or one per batch (split) it can run."""
     values: dict[str, Any] = {**base._asdict(), "batch_size": None}
+    for name in ("amp", "compile"):  # a fixed value that rules a mesh out (fp16 beside a pipeline, compile on a mesh)
+        if isinstance(knobs.get(name), Fixed):
+            values[name] = knobs[name].value  # type: ignore[union-attr]
     problem = mesh_problem(values, facts)
     if problem is not None:
         # degrees that do not divide a world size form no mesh of it: kept apart (""), said only when nothing runs
