@@ -127,22 +127,32 @@ def blas_threads() -> int | None:
 
 
 def shard_model(model: torch.nn.Module, units: tuple[type, ...], cfg: Any, device: torch.device) -> int:
-    """FSDP2: ``fully_shard`` every module of ``units``, then the root; amp becomes the MixedPrecisionPolicy.
-    ``fsdp`` frees gathered parameters after forward (ZeRO-3-like), ``fsdp_no_reshard`` keeps them (ZeRO-2-like).
+    """FSDP2 over every rank: ``fully_shard`` every module of ``units``, then the root (:func:`shard_units`).
     Returns the number of sharded units, the root included."""
     from torch.distributed.device_mesh import init_device_mesh
+
+    return shard_units([model], units, cfg, init_device_mesh(device.type, (dist.get_world_size(),)))
+
+
+def shard_units(roots: list[torch.nn.Module], units: tuple[type, ...], cfg: Any, mesh: Any) -> int:
+    """FSDP2 over a one-dimensional ``mesh`` (every rank, or a parallel mesh's dp axis): ``fully_shard`` every
+    module of ``units`` inside each of ``roots`` (the model, or a pipeline's stages), then each root; amp becomes
+    the MixedPrecisionPolicy. ``fsdp`` frees gathered parameters after forward (ZeRO-3-like), ``fsdp_no_reshard``
+    keeps them (ZeRO-2-like). Returns the number of sharded units, the roots included."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     if cfg.amp == "off":
         policy = MixedPrecisionPolicy()
     else:
         dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     reshard = cfg.sharding == "fsdp"
-    targets = [m for m in model.modules() if units and isinstance(m, units) and m is not model]
-    for module in targets:
-        fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    return len(targets) + 1
+    count = 0
+    for root in roots:
+        for module in [m for m in root.modules() if units and isinstance(m, units) and m is not root]:
+            fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+            count += 1
+        fully_shard(root, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+        count += 1
+    return count
 

@@ -13,8 +13,15 @@ import torch
 import torch.distributed as dist
 
 from autotune.search_space import TrialConfig
-from autotune.trial_runner._apply import THREAD_ENV, apply_checkpointing, blas_threads, shard_model, wrap_ddp
-from autotune.trial_runner._mesh import Mesh, apply_tensor_parallel, build_mesh, shard_over_dp
+from autotune.trial_runner._apply import (
+    THREAD_ENV,
+    apply_checkpointing,
+    blas_threads,
+    shard_model,
+    shard_units,
+    wrap_ddp,
+)
+from autotune.trial_runner._mesh import Mesh, apply_tensor_parallel, build_mesh
 from autotune.trial_runner._pipeline import Pipeline, build_stages
 from autotune.trial_runner._records import AppliedRecord, RankFacts
 from autotune.workload import Workload
@@ -124,7 +131,7 @@ def wrap_on_mesh(
     if cfg.activation_checkpointing and not applied.checkpoint_wrappers:
         raise ValueError("activation_checkpointing: no module of checkpoint_modules found in the model")
     if cfg.sharding != "ddp":
-        applied.fsdp_units = shard_over_dp([m for _, m in parts], workload.shard_units, cfg, mesh)
+        applied.fsdp_units = shard_units([m for _, m in parts], workload.shard_units, cfg, mesh.mesh["dp"])
         applied.fsdp_reshard_after_forward = cfg.sharding == "fsdp"
     pipeline = None
     if mesh.pp > 1:

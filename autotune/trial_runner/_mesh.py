@@ -142,27 +142,6 @@ def expand_plan(model: torch.nn.Module, plan: Mapping[str, str], tp_mesh: Any) -
     return matched
 
 
-def shard_over_dp(modules: list[torch.nn.Module], units: tuple[type, ...], cfg: Any, mesh: Mesh) -> int:
-    """FSDP2 over the mesh's dp axis: ``fully_shard`` every module of ``units`` inside each of ``modules`` (a
-    pipeline stage's, or the whole model), then each of ``modules``. Returns the sharded units."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    if cfg.amp == "off":
-        policy = MixedPrecisionPolicy()
-    else:
-        dtype = torch.bfloat16 if cfg.amp == "bf16" else torch.float16
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    reshard = cfg.sharding == "fsdp"
-    dp_mesh, count = mesh.mesh["dp"], 0
-    for root in modules:
-        for module in [m for m in root.modules() if units and isinstance(m, units) and m is not root]:
-            fully_shard(module, mesh=dp_mesh, mp_policy=policy, reshard_after_forward=reshard)
-            count += 1
-        fully_shard(root, mesh=dp_mesh, mp_policy=policy, reshard_after_forward=reshard)
-        count += 1
-    return count
-
-
 def average_gradients(parameters: list[torch.nn.Parameter], mesh: Mesh) -> None:
     """Replicated data parallelism over the dp axis: each gradient's local part averaged over the dp group."""
     if mesh.dp == 1:
