@@ -7,7 +7,9 @@ search trial the budget has left is a deliberate second reading, queued with its
 ``reread_of`` (the trial whose configuration it reads again): the configuration read fewest times, the best
 reading first among equals, so the readings go where they tell the choice most and each one adds a degree of
 freedom to the study's reading noise (the pruner's margin). Second looks that ``pruner.second_looks`` allows, and
-queued trials (a retry, the warm start), come first. A configuration that failed for good is not read again;
+queued trials (a retry, the warm start), come first. A configuration another worker is reading now counts as read
+(without a value yet): a worker that finds every configuration taken by the others' running trials reads one
+again rather than stopping with nothing of its own. A configuration that failed for good is not read again;
 with nothing left to read, the search stops (:class:`SpaceExhausted`) and the confirmation follows.
 """
 
@@ -64,13 +66,14 @@ def before_ask(study: optuna.Study, spec: StudySpec, observer: Observer) -> None
 
 def reread(study: optuna.Study, spec: StudySpec, trials: list[FrozenTrial], sampler: Any) -> FrozenTrial | None:
     """The trial whose configuration to read again: of the configurations of the space read whole or in part
-    (not failed), the one read fewest times, the best reading first among equals; None when there is none."""
+    (not failed) or being read (another worker's running trial), the one read fewest times, the best reading
+    first among equals; None when there is none."""
     metric = spec.objectives[0].key
     maximize = (spec.objectives[0].direction or "maximize") == "maximize"
     readings: dict[str, list[FrozenTrial]] = {}
     for t in trials:
         key = t.user_attrs.get("config_key")
-        if (t.state in (TrialState.COMPLETE, TrialState.PRUNED) and isinstance(key, str)
+        if (t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) and isinstance(key, str)
                 and t.user_attrs.get("role") in (ROLE_BASELINE, ROLE_SEARCH) and sampler.ran_its_params(t)):
             readings.setdefault(key, []).append(t)
 

@@ -10,9 +10,10 @@ from collections.abc import Callable
 import optuna
 import pytest
 
-from autotune.search_space import TrialConfig
-from autotune.tuner import EXHAUSTED_ATTR, Measured, NoLaunch, Tuner, replay_runner
-from autotune.tuner._exhausted import REREAD
+from autotune.objectives import config_key
+from autotune.search_space import TrialConfig, study_space
+from autotune.tuner import EXHAUSTED_ATTR, Measured, NoLaunch, Observer, Tuner, open_study, replay_runner
+from autotune.tuner._exhausted import REREAD, before_ask, reread
 from autotune.workload_check import load_spec
 
 from .conftest import StudyDir
@@ -75,3 +76,32 @@ def test_a_point_whose_parameters_the_baseline_shares_but_not_its_fixed_knobs_is
     assert summary.study.user_attrs[EXHAUSTED_ATTR]["configurations"] == 2
     rereads = [t for t in _search(trials) if REREAD in t.user_attrs]  # the budget's last two: read again
     assert len(rereads) == 2 and all(t.user_attrs["config"]["num_workers"] == 1 for t in rereads)
+
+
+def test_a_worker_that_finds_every_configuration_taken_by_running_trials_reads_one_again_rather_than_stopping(
+    study_dir: Callable[..., StudyDir],
+) -> None:
+    # Four workers on a three-value space: the fourth asks while the other three hold one configuration each,
+    # running. None is finished, so none has a reading yet; the fourth worker still has budget, and stopping
+    # there left it with "no trial completed" (exit 1) while the others went on. It reads one again instead.
+    sd = study_dir("taken", hyperparameters={"width": {"choices": WIDTHS}}, trial=TRIAL,
+                   sampler={"name": "random", "seed": 0}, budget={"n_trials": 12}, confirm={"top_k": 0})
+    spec = load_spec(str(sd.file))
+    space = study_space(spec)
+    study = open_study(spec, space)
+    running = []
+    for _ in WIDTHS:  # the other workers' trials, asked and configured as the loop does, still running
+        trial = study.ask()
+        config = space.suggest(trial)
+        trial.set_user_attr("config_key", config_key(config.model_dump()))
+        trial.set_user_attr("role", "search")
+        running.append(trial)
+    taken = {study.get_trials(deepcopy=False)[t.number].params["hp.width"] for t in running}
+    assert taken == set(WIDTHS), taken  # the sampler proposed each once: the space is exhausted
+    before_ask(study, spec, Observer())  # raised SpaceExhausted
+    waiting = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.WAITING]
+    assert len(waiting) == 1 and waiting[0].user_attrs.get(REREAD) in {t.number for t in running}, waiting
+    for trial in running:  # once they are read, the least read comes next as before
+        study.tell(trial, 700.0)
+    study.tell(study.ask(), 700.0)  # the queued re-read, read
+    assert reread(study, spec, study.get_trials(deepcopy=False), study.sampler) is not None
