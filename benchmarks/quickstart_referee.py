@@ -65,7 +65,31 @@ def run_study(folder: Path, method: str, tree: Path | None = None) -> dict[str, 
     payload = json.loads(best.stdout)
     return {"wall_s": wall, "config": payload["config"], "speedup": payload["speedup_vs_baseline"],
             "half_width": payload["speedup_half_width"], "statement": payload["statement"],
-            "confirmation": payload.get("confirmation"), "default_is_best": payload["default_is_best"]}
+            "confirmation": payload.get("confirmation"), "default_is_best": payload["default_is_best"],
+            "phases": phases(folder / "mlp-quickstart.db")}
+
+
+def phases(db: Path) -> dict[str, Any]:
+    """Where a study's time went, read back from its stored trials: the search (the first trial's start to the
+    last search trial's end), the confirmation (from there to the last trial's end), the anchor's own seconds
+    (``autotune_anchor``), and what the search ran (trials complete and pruned, two-rank trials)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name="mlp-quickstart", storage=f"sqlite:///{db}")
+    trials = [t for t in study.get_trials(deepcopy=False) if t.datetime_start and t.datetime_complete]
+    search = [t for t in trials if t.user_attrs.get("role") in ("baseline", "search")]
+    confirm = [t for t in trials if t.user_attrs.get("role") == "confirm"]
+    began = min(t.datetime_start.timestamp() for t in trials if t.datetime_start)
+    searched = max(t.datetime_complete.timestamp() for t in search if t.datetime_complete)
+    ended = max(t.datetime_complete.timestamp() for t in trials if t.datetime_complete)
+    anchor = study.user_attrs.get("autotune_anchor") or {}
+    return {"search_s": searched - began, "confirm_s": ended - searched,
+            "anchor_s": anchor.get("seconds", 0.0),
+            "search_complete": sum(t.state.name == "COMPLETE" for t in search),
+            "search_pruned": sum(t.state.name == "PRUNED" for t in search),
+            "two_rank_search_trials": sum((t.user_attrs.get("config") or {}).get("world_size") == 2 for t in search),
+            "confirm_trials": len(confirm)}
 
 
 def referee(configs: list[dict[str, Any]], rounds: int, seed: int, steps: int | None = None,
@@ -120,6 +144,8 @@ def main() -> None:
                         "(a previous run's output), against their stated speed-ups")
     parser.add_argument("--compare-with", type=Path, metavar="TREE", help="interleave each run with a run of the "
                         "autotune source tree TREE (another commit, exported), in alternating order: wall time ratio")
+    parser.add_argument("--no-referee", action="store_true", help="the studies and their walls only (with "
+                        "--compare-with: the wall time's ratio), no referee rounds")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 run, 2 referee rounds")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -138,41 +164,53 @@ def main() -> None:
             if args.compare_with is not None and other is None:
                 other = run_study(RUNS / "referee" / f"other-{i}", args.method, args.compare_with)
             if other is not None:
-                study["other_tree"] = {"wall_s": other["wall_s"], "config": other["config"],
-                                       "speedup": other["speedup"], "half_width": other["half_width"]}
+                study["other_tree"] = {key: other[key] for key in ("wall_s", "config", "speedup", "half_width",
+                                                                   "confirmation", "phases")}
+            studies.append(study)
+            if args.no_referee:
+                continue
             # judged at once, in the machine state the study ran in: minutes later it may not hold
             now = referee([study["config"]], rounds, args.seed + i, args.referee_steps, tag=f"run{i}")[0]
             study["referee_after"] = {k: now[k] for k in ("speedup", "half_width", "log_ratios")}
-            studies.append(study)
-    distinct: list[dict[str, Any]] = []
-    for s in studies:
-        if s["config"] not in distinct:
-            distinct.append(s["config"])
-    judged = referee(distinct, rounds, args.seed, args.referee_steps)
-    rows = []
-    for i, s in enumerate(studies):
-        together = judged[distinct.index(s["config"])]
-        truth = s.get("referee_after") or together
-        width = s["half_width"] or 0.0
-        s["referee"] = together["speedup"]
-        s["held"] = abs(math.log(truth["speedup"] / s["speedup"])) <= width if s["speedup"] else False
-        s["relative_half_width"] = width
-        rows.append([i, f"{s['speedup']:.2f}x ± {width:.0%} {check(width <= 0.15)}",
-                     f"{truth['speedup']:.2f}x ± {truth['half_width']:.0%}", check(s["held"]),
-                     f"{together['speedup']:.2f}x", f"{s['wall_s']:.0f} s", s["statement"] or ""])
-    refs = [s["referee"] for s in studies]
-    spread = max(refs) / min(refs) - 1
-    columns = ["run", "stated speed-up", "referee after it", "inside", "all choices, together", "wall", "statement"]
-    print_table(f"quickstart, {runs_n} fresh runs (confirm.method: {args.method}), referee {rounds} paired rounds",
-                columns, rows, machine_caption(machine))
-    held = sum(s["held"] for s in studies)
-    print(f"inside the stated interval: {held}/{runs_n}; choices within {spread:.1%} of each other by the referee "
-          f"{check(spread <= 0.05)}; median wall {statistics.median(s['wall_s'] for s in studies):.0f} s")
+    judged: list[dict[str, Any]] = []
+    held: int | None = None
+    spread: float | None = None
+    if not args.no_referee:
+        distinct: list[dict[str, Any]] = []
+        for s in studies:
+            if s["config"] not in distinct:
+                distinct.append(s["config"])
+        judged = referee(distinct, rounds, args.seed, args.referee_steps)
+        rows = []
+        for i, s in enumerate(studies):
+            together = judged[distinct.index(s["config"])]
+            truth = s.get("referee_after") or together
+            width = s["half_width"] or 0.0
+            s["referee"] = together["speedup"]
+            s["held"] = abs(math.log(truth["speedup"] / s["speedup"])) <= width if s["speedup"] else False
+            s["relative_half_width"] = width
+            rows.append([i, f"{s['speedup']:.2f}x ± {width:.0%} {check(width <= 0.15)}",
+                         f"{truth['speedup']:.2f}x ± {truth['half_width']:.0%}", check(s["held"]),
+                         f"{together['speedup']:.2f}x", f"{s['wall_s']:.0f} s", s["statement"] or ""])
+        refs = [s["referee"] for s in studies]
+        spread = max(refs) / min(refs) - 1
+        columns = ["run", "stated speed-up", "referee after it", "inside", "all choices, together", "wall", "statement"]
+        print_table(f"quickstart, {runs_n} fresh runs (confirm.method: {args.method}), referee {rounds} paired rounds",
+                    columns, rows, machine_caption(machine))
+        held = sum(s["held"] for s in studies)
+        print(f"inside the stated interval: {held}/{runs_n}; choices within {spread:.1%} of each other by the referee "
+              f"{check(spread <= 0.05)}; median wall {statistics.median(s['wall_s'] for s in studies):.0f} s")
     compared = [s["wall_s"] / s["other_tree"]["wall_s"] for s in studies if "other_tree" in s]
     if compared:
         walls = ", ".join(f"{s['wall_s']:.0f}/{s['other_tree']['wall_s']:.0f} s" for s in studies if "other_tree" in s)
         print(f"wall time against {args.compare_with}: {walls}; median ratio {statistics.median(compared):.2f}x "
               f"{check(statistics.median(compared) <= 1.15)}")
+        split = [[i, *(f"{p['search_s']:.0f} / {p['confirm_s']:.0f} / {p['anchor_s']:.0f}"
+                       f" ({p['search_complete']}+{p['search_pruned']}p, {p['two_rank_search_trials']} 2-rank)"
+                       for p in (s["phases"], s["other_tree"]["phases"]))]
+                 for i, s in enumerate(studies) if "other_tree" in s and "phases" in s["other_tree"]]
+        print_table("where the time went: search / confirmation / anchor s (search trials complete + pruned)",
+                    ["run", "this tree", str(args.compare_with)], split)
     write_json(args.out or default_out(f"quickstart_referee_{args.method}", args.quick), "quickstart_referee",
                {"runs": runs_n, "rounds": rounds, "method": args.method, "seed": args.seed,
                 "referee_steps": args.referee_steps, "configs_from": str(args.configs_from or ""),
