@@ -132,6 +132,26 @@ def referee(configs: list[dict[str, Any]], rounds: int, seed: int, steps: int | 
     return out
 
 
+def by_length(config: dict[str, Any], rounds: int, seed: int, lengths: list[int], tag: str) -> dict[str, Any]:
+    """``config`` against the baseline in whole trials of each of ``lengths`` optimizer steps, in the same rounds
+    (each round: every length once, in a shuffled order, the baseline and the configuration back to back at each):
+    whether short trials read the speed-up that long ones do."""
+    rng = random.Random(seed)
+    logs: dict[int, list[float]] = {n: [] for n in lengths}
+    for r in range(rounds):
+        order = list(lengths)
+        rng.shuffle(order)
+        for steps in order:
+            logs[steps] += referee([config], 1, seed * 1000 + r, steps, tag=f"{tag}-{steps}-{r}")[0]["log_ratios"]
+    out = {}
+    for steps, values in logs.items():
+        mean = statistics.fmean(values)
+        t = float(scipy.stats.t.ppf(0.975, len(values) - 1)) if len(values) > 1 else math.nan
+        width = t * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+        out[str(steps)] = {"speedup": math.exp(mean), "half_width": width, "log_ratios": values}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
@@ -144,6 +164,9 @@ def main() -> None:
                         "(a previous run's output), against their stated speed-ups")
     parser.add_argument("--compare-with", type=Path, metavar="TREE", help="interleave each run with a run of the "
                         "autotune source tree TREE (another commit, exported), in alternating order: wall time ratio")
+    parser.add_argument("--lengths", type=int, nargs="+", metavar="STEPS", help="instead of the referee, judge "
+                        "each run's choice right after its study in whole trials of each of these lengths, in the "
+                        "same rounds (e.g. 50 200 1000): which length reads the speed-up the race states")
     parser.add_argument("--no-referee", action="store_true", help="the studies and their walls only (with "
                         "--compare-with: the wall time's ratio), no referee rounds")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 run, 2 referee rounds")
@@ -167,7 +190,12 @@ def main() -> None:
                 study["other_tree"] = {key: other[key] for key in ("wall_s", "config", "speedup", "half_width",
                                                                    "confirmation", "phases")}
             studies.append(study)
-            if args.no_referee:
+            if args.lengths:
+                study["lengths"] = by_length(study["config"], rounds, args.seed + i, args.lengths, f"run{i}")
+                print(f"run {i}: stated {study['speedup']:.2f}x ± {study['half_width'] or 0:.0%}; " + "; ".join(
+                    f"{n} steps {v['speedup']:.2f}x ± {v['half_width']:.0%}" for n, v in study["lengths"].items()),
+                    flush=True)
+            if args.no_referee or args.lengths:
                 continue
             # judged at once, in the machine state the study ran in: minutes later it may not hold
             now = referee([study["config"]], rounds, args.seed + i, args.referee_steps, tag=f"run{i}")[0]
@@ -175,7 +203,7 @@ def main() -> None:
     judged: list[dict[str, Any]] = []
     held: int | None = None
     spread: float | None = None
-    if not args.no_referee:
+    if not (args.no_referee or args.lengths):
         distinct: list[dict[str, Any]] = []
         for s in studies:
             if s["config"] not in distinct:
@@ -213,7 +241,8 @@ def main() -> None:
                     ["run", "this tree", str(args.compare_with)], split)
     write_json(args.out or default_out(f"quickstart_referee_{args.method}", args.quick), "quickstart_referee",
                {"runs": runs_n, "rounds": rounds, "method": args.method, "seed": args.seed,
-                "referee_steps": args.referee_steps, "configs_from": str(args.configs_from or ""),
+                "referee_steps": args.referee_steps, "lengths": args.lengths,
+                "configs_from": str(args.configs_from or ""),
                 "compare_with": str(args.compare_with or "")},
                {"studies": studies, "referee": judged, "held": held, "choice_spread": spread}, machine, started)
 
