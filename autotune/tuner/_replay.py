@@ -85,7 +85,8 @@ class ReplayEntrant:
         self.seen[key] = self.seen.get(key, 0) + 1
         if m.outcome is not Outcome.COMPLETE:
             raise RuntimeError(f"replayed {m.outcome.value}")
-        speed = m.throughput_samples_s if self.machine is None else self.machine.reading(m.throughput_samples_s)
+        speed = (m.throughput_samples_s if self.machine is None
+                 else self.machine.block_reading(m.throughput_samples_s, steps * config.global_batch))
         took = steps * config.global_batch / speed if speed > 0 else 1.0
         self.wall_s += took
         if self.machine is not None:

@@ -30,14 +30,18 @@ class Reading(Protocol):
 @dataclass(frozen=True)
 class Drift:
     """The replayed machine's speed over the study's (simulated) seconds: at second ``t`` every configuration
-    runs at ``speed(t)`` times what the landscape measures, and each window and race block is one reading of it
-    with lognormal ``noise`` (seeded by ``seed``). The clock runs as the replayed trials run: a trial's launch and
-    teardown (``Measured.overhead_s``), its warm-up and windows at the speed they read, a paced run's start and
-    blocks."""
+    runs at ``speed(t)`` times what the landscape measures, and each window is one reading of it with lognormal
+    ``noise`` (seeded by ``seed``). A paced run's block (the anchor's, a race's) reads with ``block_noise`` for a
+    block of one second, scaled by its length to the power -1/4 as measured live (None: ``noise``, as a window):
+    on the 2-core VM the quickstart's MLP scattered 11-15% in a 0.25 s block, 9.4-12.5% in 0.5 s, 8.4-10.3% in
+    1 s and 7-8.6% in 2 s (benchmarks/README.md, the confirmation race), where a running trial's windows agree
+    within 2-4%: a block follows a thaw. The clock runs as the replayed trials run: a trial's launch and teardown
+    (``Measured.overhead_s``), its warm-up and windows at the speed they read, a paced run's start and blocks."""
 
     speed: Callable[[float], float]
     noise: float = 0.0
     seed: int = 0
+    block_noise: float | None = None
 
 
 class Machine:
@@ -51,6 +55,15 @@ class Machine:
     def reading(self, nominal: float) -> float:
         """One reading (a window, a block) of a configuration whose landscape speed is ``nominal``, now."""
         return nominal * self.drift.speed(self.now) * math.exp(self._rng.gauss(0.0, self.drift.noise))
+
+    def block_reading(self, nominal: float, samples: float) -> float:
+        """One paced block of ``samples`` samples of a configuration whose landscape speed is ``nominal``, now
+        (:class:`Drift`'s ``block_noise``)."""
+        if self.drift.block_noise is None:
+            return self.reading(nominal)
+        now = nominal * self.drift.speed(self.now)
+        seconds = max(samples / now, 0.01) if now > 0 else 1.0
+        return now * math.exp(self._rng.gauss(0.0, self.drift.block_noise * seconds ** -0.25))
 
 
 def drifting_windows(plan: TrialPlan, m: Reading, steps: list[int], machine: Machine) -> list[Window]:
