@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from autotune.search_space._split import _divisors, admits, describe
-from autotune.spec import Choices, Fixed, IntRange, KnobSpec
+from autotune.spec import Choices, Fixed, IntRange, KnobSpec, only_value, single_value
 
 if TYPE_CHECKING:
     from autotune.workload_check import MeshFacts
@@ -212,9 +212,10 @@ def _completed(
 ) -> Iterable[Layout]:
     """The feasible layouts of one mesh: itself, or one per batch (split) it can run."""
     values: dict[str, Any] = {**base._asdict(), "batch_size": None}
-    for name in ("amp", "compile"):  # a fixed value that rules a mesh out (fp16 beside a pipeline, compile on a mesh)
-        if isinstance(knobs.get(name), Fixed):
-            values[name] = knobs[name].value  # type: ignore[union-attr]
+    for name in ("amp", "compile"):  # a single value that rules a mesh out (fp16 beside a pipeline, compile on a
+        spec = knobs.get(name)  # mesh), fixed or the only choice
+        if spec is not None and single_value(spec):
+            values[name] = only_value(spec)
     problem = mesh_problem(values, facts)
     if problem is not None:
         # degrees that do not divide a world size form no mesh of it: kept apart (""), said only when nothing runs

@@ -396,3 +396,12 @@ def test_parse_sets_errors(cpu_space: SearchSpace, item: str, message: str) -> N
 def test_parse_sets_cuda_values_on_cuda() -> None:
     space = SearchSpace.build(SearchSpaceSpec(), base_lr=1e-3, base_batch_size=64, device="cuda")
     assert space.parse_sets(["amp=fp16", "pin_memory=true"]) == {"amp": "fp16", "pin_memory": True}
+
+
+@pytest.mark.parametrize("amp", ["fp16", {"choices": ["fp16"]}])
+def test_a_single_amp_value_that_no_pipeline_takes_leaves_no_mesh(amp: Any) -> None:
+    # found by the property test above: amp's only choice fp16 beside a fixed pipeline was built, then refused
+    # at suggest; fixed or the only choice, it rules the pipeline out at build
+    section = SearchSpaceSpec.model_validate({"amp": amp, "world_size": 2, "pipeline_parallel": 2})
+    with pytest.raises(NoFeasibleMesh, match="amp fp16 does not combine with pipeline_parallel 2"):
+        SearchSpace.build(section, base_lr=1.0, base_batch_size=4, device="cuda")
