@@ -48,6 +48,27 @@ class Landscape:
             raise SystemExit(f"{path}: no complete configuration in the landscape")
         return cls(path, records, data["settings"], data["machine"], max(values))
 
+    def geometric_mean(self, other: Landscape) -> Landscape:
+        """The grid as two recordings of it read together: each configuration complete in both at the geometric
+        mean of its two readings, any other at the outcome of the recording where it did not complete (this
+        one's record otherwise: its memory, windows and wall). A better-estimated truth than either recording
+        when a single reading is noisy (benchmarks/README.md, "The large landscape")."""
+        again = {tuple(sorted(r["knobs"].items())): r for r in other.records.values()}
+        records: dict[str, dict[str, Any]] = {}
+        for key, record in self.records.items():
+            second = again.get(tuple(sorted(record["knobs"].items())))
+            if second is None:
+                raise SystemExit(f"{other.path}: configuration {record['label']} is not in this recording")
+            mean, value = dict(record), self.value(key)
+            if value and second["outcome"] == "complete" and second["throughput_samples_s"]:
+                mean["throughput_samples_s"] = (value * second["throughput_samples_s"]) ** 0.5
+            else:
+                failed = record if record["outcome"] != "complete" or not record["throughput_samples_s"] else second
+                mean["outcome"], mean["throughput_samples_s"] = failed["outcome"], None
+            records[key] = mean
+        values = [r["throughput_samples_s"] for r in records.values() if r["outcome"] == "complete"]
+        return Landscape(self.path, records, self.settings, self.machine, max(values))
+
     def by_config(self) -> dict[str, dict[str, Any]]:
         """The records by today's configuration key (knobs added since the recording take their defaults)."""
         from autotune.objectives import config_key

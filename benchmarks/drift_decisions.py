@@ -13,14 +13,20 @@ behind. Reported per shape: how often the choice is within 3% of the true best, 
 ~95% interval holds the true speed-up, the median half-width; and how the search treated the true best (was it
 sampled, did it run to its end or was it pruned, did it race).
 
-``--landscape large`` replays the 361-configuration grid of benchmarks/landscape_large.json instead (each
-configuration's recorded throughput its truth, with the same drift): the trials until a configuration within
-95% of the grid's best ran to its end (no confirmation; the issue's target: within 18 trials in >= 15 of 20
-seeds).
+``--landscape large`` replays the 361-configuration grid of benchmarks/landscape_large.json instead, with the
+same drift: the trials until a configuration within 95% of the grid's best ran to its end (no confirmation; the
+issue's target: within 18 trials in >= 15 of 20 seeds). ``--truth`` says what a configuration's truth is there:
+``first`` (the default) its one 20-step reading in landscape_large.json; ``mean`` the geometric mean of its
+readings in landscape_large.json and landscape_large_repeat.json (configurations complete in both; any other at
+the outcome of the recording where it did not complete), since one reading is noisy there (two differ by a
+median 12%) and the first recording's best is one lucky reading (24% lower in the repeat). The output names the
+truth, its best, and how many configurations it puts within 95% and 90% of that best; the trial at which 90%
+was reached is reported beside the target's 95%.
 
     python benchmarks/drift_decisions.py                  # 6 studies per drift shape (~2 minutes)
     python benchmarks/drift_decisions.py --quick          # smoke run: 2 studies per shape
     python benchmarks/drift_decisions.py --landscape large --seeds 20 --n-trials 18
+    python benchmarks/drift_decisions.py --landscape large --seeds 20 --truth mean   # drift_decisions_large_mean.json
 """
 
 from __future__ import annotations
@@ -164,7 +170,7 @@ def held_out(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], di
 def large_one(seed: int, shape: str, folder: Path, n_trials: int, landscape: Any,
               paired: bool = True) -> dict[str, Any]:
     """One study on the recorded 361-configuration grid with ``shape`` drift: the trial at which a configuration
-    within 95% of the grid's best first ran to its end."""
+    within 95% of the truth's best first ran to its end (and 90%), and what the 18 trials were spent on."""
     from autotune.trial_runner import Outcome
     from autotune.tuner import Drift, Measured, NoLaunch, Tuner, replay_runner
 
@@ -188,14 +194,27 @@ def large_one(seed: int, shape: str, folder: Path, n_trials: int, landscape: Any
     spec = make_spec(document, folder)
     runner = replay_runner(measured, Drift(drift_shape(shape, seed), noise=WINDOW_NOISE, seed=seed), paired=paired)
     study = Tuner(spec, launcher=NoLaunch(), run_trial=runner).run(n_trials=n_trials).study
-    reached = None
-    for i, t in enumerate(study.get_trials(deepcopy=False)):
+    reached: dict[float, int | None] = {0.95: None, 0.9: None}
+    trials = study.get_trials(deepcopy=False)
+    values: list[float | None] = []
+    for i, t in enumerate(trials):
         record = record_of(t.user_attrs.get("config") or {})
         value = record["throughput_samples_s"] if record is not None and record["outcome"] == "complete" else None
-        if t.user_attrs.get("outcome") == "complete" and value is not None and value >= 0.95 * landscape.best:
-            reached = i + 1
-            break
-    return {"seed": seed, "shape": shape, "reached": reached, "study_s": round(runner.now, 1)}
+        values.append(value)
+        for level, at in reached.items():
+            if at is None and t.user_attrs.get("outcome") == "complete" and value is not None \
+                    and value >= level * landscape.best:
+                reached[level] = i + 1
+    outcomes = [str(t.user_attrs.get("outcome")) for t in trials]
+    keys = [t.user_attrs.get("config_key") for t in trials]
+    best = [o for o, v in zip(outcomes, values, strict=True) if v == landscape.best]
+    return {"seed": seed, "shape": shape, "reached": reached[0.95], "reached_90": reached[0.9],
+            "study_s": round(runner.now, 1), "trials": len(trials), "distinct": len(set(keys)),
+            "complete": outcomes.count("complete"), "pruned": outcomes.count("pruned"),
+            "failed": len(outcomes) - outcomes.count("complete") - outcomes.count("pruned"),
+            "bf16": sum((t.user_attrs.get("config") or {}).get("amp") == "bf16" for t in trials),
+            "best_of_search": max((v for v in values if v is not None), default=0.0) / landscape.best,
+            "best_sampled": best}
 
 
 def large(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -205,6 +224,15 @@ def large(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[
     from _landscapes import Landscape
 
     landscape = Landscape.load(HERE / "landscape_large.json")
+    if args.truth == "mean":
+        landscape = landscape.geometric_mean(Landscape.load(HERE / "landscape_large_repeat.json"))
+    truth_note = {"first": "one reading, landscape_large.json",
+                  "mean": "geometric mean of landscape_large.json and _repeat.json"}[args.truth]
+    complete = [r for r in landscape.records.values() if r["outcome"] == "complete"]
+    top = max(complete, key=lambda r: r["throughput_samples_s"])
+    near = {level: sum(r["throughput_samples_s"] >= level * landscape.best for r in complete) for level in (0.95, 0.9)}
+    print(f"truth: {args.truth} ({truth_note}); {len(complete)} complete configurations, best {top['label']} "
+          f"{landscape.best:,.0f} samples/s; within 95% of it: {near[0.95]}, within 90%: {near[0.9]}")
     seeds = 2 if args.quick else args.seeds
     n_trials = args.n_trials or 18
     results = {shape: [large_one(seed, shape, folder, n_trials, landscape, not args.unpaired) for seed in range(seeds)]
@@ -212,15 +240,29 @@ def large(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[
     rows, summary = [], {}
     for shape, runs in results.items():
         hit = sum(r["reached"] is not None for r in runs)
+        hit_90 = sum(r["reached_90"] is not None for r in runs)
         summary[shape] = {"seeds": len(runs), "within_n_trials": hit, "n_trials": n_trials,
-                          "reached": [r["reached"] for r in runs]}
+                          "reached": [r["reached"] for r in runs], "within_n_trials_90": hit_90,
+                          "reached_90": [r["reached_90"] for r in runs],
+                          "best_sampled": sum(bool(r["best_sampled"]) for r in runs),
+                          "best_sampled_complete": sum("complete" in r["best_sampled"] for r in runs),
+                          **{k: statistics.median(r[k] for r in runs)
+                             for k in ("complete", "pruned", "failed", "bf16", "distinct", "best_of_search")}}
         rows.append([shape, f"{hit}/{len(runs)} {check(hit >= 0.75 * len(runs))}",
-                     " ".join("-" if r["reached"] is None else str(r["reached"]) for r in runs)])
-    print_table(f"the large landscape under drift: 95% of the grid's best within {n_trials} trials "
-                "(target: >= 15 of 20 seeds)", ["drift", "seeds", "trial reached (each seed)"], rows,
+                     " ".join("-" if r["reached"] is None else str(r["reached"]) for r in runs),
+                     f"{hit_90}/{len(runs)}",
+                     f"{summary[shape]['best_sampled_complete']}/{summary[shape]['best_sampled']}",
+                     f"{summary[shape]['complete']:.0f}/{summary[shape]['pruned']:.0f}/{summary[shape]['failed']:.0f}",
+                     f"{summary[shape]['best_of_search']:.1%}"])
+    print_table(f"the large landscape under drift, truth {args.truth}: 95% of its best within {n_trials} trials "
+                "(target: >= 15 of 20 seeds)",
+                ["drift", "seeds", "trial reached (each seed)", "90% reached", "truth's best ran to its end / sampled",
+                 "median complete/pruned/failed", "median best of the search"], rows,
                 machine_caption(machine_facts()))
-    return {"landscape": "landscape_large.json", "paired": not args.unpaired, "seeds": seeds, "shapes": args.shapes,
-            "n_trials": n_trials,
+    return {"landscape": "landscape_large.json", "truth": args.truth, "truth_note": truth_note,
+            "truth_best": {"label": top["label"], "samples_s": landscape.best},
+            "truth_within_95": near[0.95], "truth_within_90": near[0.9], "paired": not args.unpaired,
+            "seeds": seeds, "shapes": args.shapes, "n_trials": n_trials,
             "wave": WAVE, "window_noise": WINDOW_NOISE}, {"summary": summary, "runs": results}
 
 
@@ -233,6 +275,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 studies per shape")
     parser.add_argument("--unpaired", action="store_true",
                         help="keep the search's anchor out: trials judged and fitted on their own readings (before)")
+    parser.add_argument("--truth", choices=["first", "mean"], default="first",
+                        help="large: a configuration's truth, its reading in landscape_large.json (first) or the "
+                             "geometric mean of it and landscape_large_repeat.json's (mean)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     import optuna
@@ -242,6 +287,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings, results = (large if args.landscape == "large" else held_out)(args, Path(tmp))
     name = "drift_decisions" if args.landscape == "held-out" else "drift_decisions_large"
+    name += "_mean" if args.landscape == "large" and args.truth == "mean" else ""
     write_json(args.out or default_out(name, args.quick), "drift_decisions", settings, results, machine_facts(),
                started)
 
