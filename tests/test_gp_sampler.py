@@ -498,3 +498,26 @@ def test_only_three_or_more_numbers_are_ordinal() -> None:
     params = {"bs": 256, "amp": "off", "lr": 3e-4, "n": 1}
     assert to_ordinal(params, ordinal) == {"bs": 2, "amp": "off", "lr": 1, "n": 1}
     assert from_ordinal(to_ordinal(params, ordinal), ordinal) == params
+
+
+def test_a_knob_the_queued_baseline_lacks_is_modelled_without_it() -> None:
+    """The baseline runs the workload's defaults; where one lies outside its knob's range (threads_per_rank: auto
+    beside {low: 1, high: 2}) its trial, queued with its parameters fixed, lacks that knob. The GP models the knob
+    all the same and fits the trials that have it: taking the intersection of every fitted trial's knobs, it left
+    the knob out for the whole study and drew it at random at every ask (the large landscape: threads 2 in 49% of
+    the GP's trials, 0.66x threads 1 by the median)."""
+    space = {"batch_size": optuna.distributions.IntDistribution(16, 256, log=True),
+             "threads": optuna.distributions.IntDistribution(1, 2)}
+    sampler = PartialGPSampler(seed=0, n_startup_trials=3)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.enqueue_trial({"batch_size": 64})
+    baseline = study.ask({"batch_size": space["batch_size"]})
+    study.tell(baseline, 100.0)
+    for _ in range(8):  # the fit runs from the fourth trial on: it must not look up the baseline's threads
+        trial = study.ask(space)
+        study.tell(trial, 20.0 * math.log(trial.params["batch_size"]) * (1.0 if trial.params["threads"] == 1 else 0.6))
+    ask = study.ask()
+    assert sampler.infer_relative_search_space(study, study._storage.get_trial(ask._trial_id)) == space
+    fitted = WithPartial(study, space=space).fitted()
+    assert [t.number for t in fitted] == list(range(1, 9))  # the baseline left out of the fit, not the knob
+    assert len(WithPartial(study).fitted()) == 9

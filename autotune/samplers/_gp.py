@@ -149,7 +149,7 @@ class PartialGPSampler(OneThreadGPSampler):
             ordinal = ordinal_choices(search_space)  # numbers as choices: modelled in their order
             self._names = list(search_space)
             self._taken = {self._point(to_ordinal(other.params, ordinal)) for other in others}
-            view = WithPartial(study, ordinal)
+            view = WithPartial(study, ordinal, search_space)
             self._set_noise_floor(noise_floor(view.fitted()))
             params = super().sample_relative(view, trial, as_ordinal(search_space, ordinal))  # type: ignore[arg-type]
             params = from_ordinal(params, ordinal)
