@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from autotune.errors import AutotuneError, UsageError, first_line
 from autotune.spec import redact_url
@@ -85,6 +85,13 @@ def stop_unless_inside(stop: BaseException) -> None:
         _held_stop = stop
         return
     raise stop
+
+
+def hush_lost_stop(unraisable: Any) -> bool:
+    """Whether ``unraisable`` (what :data:`sys.unraisablehook` is given) is the run's own stop, swallowed where
+    Python ignores exceptions: it is not an error to print ("Exception ignored in ..." and a traceback, beside the
+    run's one line), since :func:`raise_lost_stop` raises it again at the run's next checkpoint."""
+    return _raised_stop is not None and unraisable.exc_value is _raised_stop
 
 
 def raise_lost_stop() -> None:

@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
 from autotune.trial_runner import start_ticks
-from autotune.tuner._outage import raise_lost_stop, stop_taken, stop_unless_inside, stop_waiting
+from autotune.tuner._outage import hush_lost_stop, raise_lost_stop, stop_taken, stop_unless_inside, stop_waiting
 from autotune.tuner._roles import INTERRUPTED, ROLE_CONFIRM
 from autotune.tuner._storage import grace_period_s, heartbeat_interval_s, study_lock
 
@@ -249,6 +250,11 @@ def signals_as_interrupts() -> Iterator[None]:
     def on_int(signum: int, frame: FrameType | None) -> None:
         stop_unless_inside(KeyboardInterrupt())
 
+    def on_unraisable(unraisable: Any) -> None:
+        if not hush_lost_stop(unraisable):
+            previous_hook(unraisable)
+
+    previous_hook, sys.unraisablehook = sys.unraisablehook, on_unraisable
     previous = signal.signal(signal.SIGTERM, on_term)
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is signal.default_int_handler:
@@ -260,3 +266,4 @@ def signals_as_interrupts() -> Iterator[None]:
         if previous_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, previous_int)
         stop_taken()  # a stop lives as long as its run: none outlives it to stop a later heartbeat or ask
+        sys.unraisablehook = previous_hook

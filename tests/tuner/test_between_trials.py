@@ -305,7 +305,7 @@ def test_autotune_run_starts_the_zygote_before_it_imports_torch(study_dir: Calla
 
 
 def test_a_sigterm_that_lands_where_python_swallows_exceptions_still_stops_the_run(
-    study_dir: Callable[..., StudyDir],
+    study_dir: Callable[..., StudyDir], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A SIGTERM whose handler runs inside a weakref callback or a __del__ (the garbage collector runs them between
     any two bytecodes: a run's storage calls free SQLAlchemy objects all the time) raises where Python prints
@@ -329,10 +329,14 @@ def test_a_sigterm_that_lands_where_python_swallows_exceptions_still_stops_the_r
             Freed()  # freed at once: its __del__ runs the SIGTERM handler, and the Interrupted it raises is ignored
         return result
 
+    printed: list[Any] = []  # what Python would print as "Exception ignored in ...", with a traceback
+    monkeypatch.setattr(sys, "unraisablehook", printed.append)
     with pytest.raises(Interrupted) as stop:
         Tuner(spec, launcher=NoLaunch(), run_trial=swallowed_at_the_second).run(n_trials=6)
     assert stop.value.exit_code == 143
     assert len(calls) == 2  # stopped before a third trial ran
+    assert printed == []  # the run's own stop is not an error to print beside its one line (CI printed one)
+    assert sys.unraisablehook == printed.append  # the run's hook went with it
     trials = sd.load().get_trials(deepcopy=False)
     # the second told whole: its result recorded (the sampler is not seeded: a configuration slower than the
     # baseline is pruned by its windows, as it should be; CI drew one once)
