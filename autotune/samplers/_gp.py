@@ -18,6 +18,7 @@ from autotune.samplers._acquisition import all_discrete, coordinate_search, eval
 from autotune.samplers._gp_view import (
     ABSENT,
     DEFAULT_MINIMUM_NOISE_VAR,
+    OnAnchor,
     WithPartial,
     as_ordinal,
     fitted_search_space,
@@ -130,7 +131,7 @@ class PartialGPSampler(OneThreadGPSampler):
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if self._hand_over(study, trial):
-            return self._tpe.infer_relative_search_space(study, trial)
+            return self._tpe.infer_relative_search_space(OnAnchor(study), trial)  # type: ignore[arg-type]
         # The parameters every fitted trial has, pruned and failed ones included: a conditional knob
         # (prefetch_factor without workers, bucket_cap_mb under fsdp) absent from a pruned trial is sampled
         # independently, not looked up in a trial that lacks it. Computed afresh at every ask, not with
@@ -144,7 +145,7 @@ class PartialGPSampler(OneThreadGPSampler):
     ) -> dict[str, Any]:
         others = others_of(study, trial)  # read once per ask: the storage is a database
         if self._hand_over(study, trial):
-            params = self._tpe.sample_relative(study, trial, search_space)
+            params = self._tpe.sample_relative(OnAnchor(study), trial, search_space)  # type: ignore[arg-type]
         else:
             ordinal = ordinal_choices(search_space)  # numbers as choices: modelled in their order
             self._names = list(search_space)
@@ -205,7 +206,8 @@ class PartialGPSampler(OneThreadGPSampler):
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
         if self._hand_over(study, trial):
-            return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+            return self._tpe.sample_independent(OnAnchor(study), trial, param_name,  # type: ignore[arg-type]
+                                                param_distribution)
         return super().sample_independent(study, trial, param_name, param_distribution)
 
     def _unmeasured(

@@ -195,14 +195,21 @@ def on_anchor(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """In a paired study (autotune/objectives/_margin.py) the complete trials' values as the GP fits them: each
     trial's ratio to the anchor measured with it (``anchor_ratio``), so that a configuration read in a slow phase
     of the machine is not modelled as a slow configuration; a trial without one (a confirmation, a failure fitted
-    at the worst value) over the anchor's median speed. Unchanged in a study that is not paired. The objective
-    values stored on the trials, which a user reads, stay samples/s: only the model's copies change."""
+    at the worst value) over the anchor's median speed; a pruned trial's windows (what TPE reads of it) over the
+    anchor's speed around it. Unchanged in a study that is not paired. The objective values stored on the
+    trials, which a user reads, stay samples/s: only the model's copies change."""
     speeds = [s for t in trials if (s := Paired.speed(t)) is not None]
     if not speeds:
         return trials
     typical = statistics.median(speeds)
     out = []
     for t in trials:
+        if t.state == TrialState.PRUNED and t.intermediate_values:  # as TPE reads a pruned trial: its windows
+            anchor = Paired.speed(t) or Paired.before(t) or typical
+            pruned = copy.copy(t)
+            pruned.intermediate_values = {step: v / anchor for step, v in t.intermediate_values.items()}
+            out.append(pruned)
+            continue
         if t.state != TrialState.COMPLETE or not t.values or not math.isfinite(t.values[0]):
             out.append(t)
             continue
@@ -211,6 +218,22 @@ def on_anchor(trials: list[FrozenTrial]) -> list[FrozenTrial]:
         fitted.values = [ratio if ratio is not None else t.values[0] / typical]
         out.append(fitted)
     return out
+
+
+class OnAnchor:
+    """A study as TPE sees it past the GP's hand-over: its trials' values and a pruned trial's windows as ratios
+    to the anchor measured with them (:func:`on_anchor`), as the GP fits them before it."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(  # what TPESampler calls on the study
+        self, deepcopy: bool = True, states: Any = None, use_cache: bool = False
+    ) -> list[FrozenTrial]:
+        return on_anchor(optuna_private.trials_of(self._study, states, use_cache=use_cache, deepcopy=deepcopy))
 
 
 def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:

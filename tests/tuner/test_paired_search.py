@@ -15,7 +15,8 @@ import pytest
 
 from autotune.objectives import Paired
 from autotune.pruners import NoiseAwarePruner
-from autotune.samplers._gp_view import WithPartial
+from autotune.samplers import PartialGPSampler
+from autotune.samplers._gp_view import OnAnchor, WithPartial
 from autotune.tuner._entrants import paired_candidates
 from autotune.tuner._results import measured_groups
 from autotune.workload_check import load_spec
@@ -105,6 +106,30 @@ def test_the_gp_fits_each_trials_ratio_to_its_anchor_while_the_user_reads_sample
     fitted = WithPartial(study).fitted()
     assert [round(t.values[0], 6) for t in fitted] == [2.0, 2.2, 1.8]  # the ratios, the pruned trial's too
     assert [t.values[0] for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))] == raw
+
+
+def test_past_the_hand_over_tpe_fits_the_same_ratios_a_pruned_trials_windows_included() -> None:
+    study = optuna.create_study(direction="maximize")
+    _finished(study, LEADER, 10, key="fast-phase", paired=True)
+    _finished(study, 1.1 * LEADER, 30, key="slow-phase", paired=True)
+    _finished(study, 0.9 * LEADER, 30, key="pruned", paired=True, state=optuna.trial.TrialState.PRUNED)
+    seen = OnAnchor(study)._get_trials(deepcopy=False)
+    assert [round(t.values[0], 6) for t in seen[:2]] == [2.0, 2.2]
+    assert {round(v, 6) for v in seen[2].intermediate_values.values()} == {1.8}  # the windows TPE ranks it by
+    assert study.trials[2].intermediate_values[6] == pytest.approx(0.9 * LEADER * machine(30))  # stored: samples/s
+    # and the default sampler hands TPE that view once it has handed over
+    read: list[list[float]] = []
+
+    class Recording(optuna.samplers.TPESampler):
+        def sample_relative(self, study: Any, trial: Any, search_space: Any) -> dict[str, Any]:
+            read.append([t.values[0] for t in study._get_trials(deepcopy=False, states=(
+                optuna.trial.TrialState.COMPLETE,))])
+            return {}
+
+    sampler = PartialGPSampler(seed=0, max_trials=2)
+    sampler._tpe = Recording(seed=0)
+    sampler.sample_relative(study, study._storage.get_trial(study.ask()._trial_id), {})
+    assert [round(v, 6) for v in read[0]] == [2.0, 2.2]
 
 
 def test_the_race_enters_the_configurations_with_the_best_ratios_to_the_anchor(tmp_path: Path) -> None:
