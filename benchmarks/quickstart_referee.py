@@ -123,13 +123,15 @@ def referee(configs: list[dict[str, Any]], rounds: int, seed: int, steps: int | 
                 ratios[i].append(math.log(read[str(i)] / read["baseline"]))
     finally:
         launcher.close()
-    out = []
-    for knobs, logs in zip(configs, ratios, strict=True):
-        mean = statistics.fmean(logs)
-        t = float(scipy.stats.t.ppf(0.975, len(logs) - 1)) if len(logs) > 1 else math.nan
-        width = t * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.nan
-        out.append({"config": knobs, "speedup": math.exp(mean), "half_width": width, "log_ratios": logs})
-    return out
+    return [{"config": knobs, **speedup(logs)} for knobs, logs in zip(configs, ratios, strict=True)]
+
+
+def speedup(logs: list[float]) -> dict[str, Any]:
+    """The speed-up the per-round log ratios ``logs`` read (their geometric mean) and its ~95% half-width
+    (Student's t; NaN from one round)."""
+    t = float(scipy.stats.t.ppf(0.975, len(logs) - 1)) if len(logs) > 1 else math.nan
+    width = t * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.nan
+    return {"speedup": math.exp(statistics.fmean(logs)), "half_width": width, "log_ratios": logs}
 
 
 def by_length(config: dict[str, Any], rounds: int, seed: int, lengths: list[int], tag: str) -> dict[str, Any]:
@@ -143,13 +145,7 @@ def by_length(config: dict[str, Any], rounds: int, seed: int, lengths: list[int]
         rng.shuffle(order)
         for steps in order:
             logs[steps] += referee([config], 1, seed * 1000 + r, steps, tag=f"{tag}-{steps}-{r}")[0]["log_ratios"]
-    out = {}
-    for steps, values in logs.items():
-        mean = statistics.fmean(values)
-        t = float(scipy.stats.t.ppf(0.975, len(values) - 1)) if len(values) > 1 else math.nan
-        width = t * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-        out[str(steps)] = {"speedup": math.exp(mean), "half_width": width, "log_ratios": values}
-    return out
+    return {str(steps): speedup(values) for steps, values in logs.items()}
 
 
 def main() -> None:
