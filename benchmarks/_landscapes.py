@@ -4,6 +4,7 @@ landscape.py and global_batch_landscape.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,27 @@ class Landscape:
                 failed = record if record["outcome"] != "complete" or not record["throughput_samples_s"] else second
                 mean["outcome"], mean["throughput_samples_s"] = failed["outcome"], None
             records[key] = mean
+        values = [r["throughput_samples_s"] for r in records.values() if r["outcome"] == "complete"]
+        return Landscape(self.path, records, self.settings, self.machine, max(values))
+
+    def refined(self, path: Path) -> Landscape:
+        """This grid with its leaders at the ratios ``landscape_refine.py`` measured (``path``), every other
+        configuration as it is. A ratio is put on this grid's scale by the geometric mean of (value here / ratio)
+        over the refined configurations and the baseline (ratio 1): one recorded reading, the baseline's alone,
+        wanders 15%."""
+        if not path.exists():
+            raise SystemExit(f"{path}: no refined leaders recorded; run `python benchmarks/landscape_refine.py` first")
+        data = read_json(path)
+        leaders = [(data["settings"]["baseline"]["config_key"], 1.0)]
+        leaders += [(r["config_key"], r["ratio"]) for r in data["results"]["configs"] if r["ratio"]]
+        missing = [key for key, _ in leaders if key not in self.records]
+        if missing:
+            raise SystemExit(f"{path}: configuration {missing[0]} is not in {self.path.name}")
+        logs = [math.log(value / ratio) for key, ratio in leaders if (value := self.value(key))]
+        scale = math.exp(sum(logs) / len(logs))
+        records = dict(self.records)
+        for key, ratio in leaders:
+            records[key] = {**records[key], "throughput_samples_s": ratio * scale}
         values = [r["throughput_samples_s"] for r in records.values() if r["outcome"] == "complete"]
         return Landscape(self.path, records, self.settings, self.machine, max(values))
 

@@ -19,14 +19,17 @@ issue's target: within 18 trials in >= 15 of 20 seeds). ``--truth`` says what a 
 ``first`` (the default) its one 20-step reading in landscape_large.json; ``mean`` the geometric mean of its
 readings in landscape_large.json and landscape_large_repeat.json (configurations complete in both; any other at
 the outcome of the recording where it did not complete), since one reading is noisy there (two differ by a
-median 12%) and the first recording's best is one lucky reading (24% lower in the repeat). The output names the
-truth, its best, and how many configurations it puts within 95% and 90% of that best; the trial at which 90%
-was reached is reported beside the target's 95%.
+median 12%) and the first recording's best is one lucky reading (24% lower in the repeat); ``refined`` that mean
+with its leaders (the configurations within 65% of its best) at their median ratio to the baseline over paired
+60-step readings, each between two baseline runs (landscape_refine.py, landscape_large_refined.json). The output
+names the truth, its best, and how many configurations it puts within 95% and 90% of that best; the trial at
+which 90% was reached is reported beside the target's 95%.
 
     python benchmarks/drift_decisions.py                  # 6 studies per drift shape (~2 minutes)
     python benchmarks/drift_decisions.py --quick          # smoke run: 2 studies per shape
     python benchmarks/drift_decisions.py --landscape large --seeds 20 --n-trials 18
     python benchmarks/drift_decisions.py --landscape large --seeds 20 --truth mean   # drift_decisions_large_mean.json
+    python benchmarks/drift_decisions.py --landscape large --seeds 20 --truth refined   # ..._large_refined.json
 """
 
 from __future__ import annotations
@@ -224,10 +227,14 @@ def large(args: argparse.Namespace, folder: Path) -> tuple[dict[str, Any], dict[
     from _landscapes import Landscape
 
     landscape = Landscape.load(HERE / "landscape_large.json")
-    if args.truth == "mean":
+    if args.truth in ("mean", "refined"):
         landscape = landscape.geometric_mean(Landscape.load(HERE / "landscape_large_repeat.json"))
+    if args.truth == "refined":
+        landscape = landscape.refined(HERE / "landscape_large_refined.json")
     truth_note = {"first": "one reading, landscape_large.json",
-                  "mean": "geometric mean of landscape_large.json and _repeat.json"}[args.truth]
+                  "mean": "geometric mean of landscape_large.json and _repeat.json",
+                  "refined": "the geometric mean, its leaders at their paired ratios (landscape_large_refined.json)"
+                  }[args.truth]
     complete = [r for r in landscape.records.values() if r["outcome"] == "complete"]
     top = max(complete, key=lambda r: r["throughput_samples_s"])
     near = {level: sum(r["throughput_samples_s"] >= level * landscape.best for r in complete) for level in (0.95, 0.9)}
@@ -275,9 +282,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 studies per shape")
     parser.add_argument("--unpaired", action="store_true",
                         help="keep the search's anchor out: trials judged and fitted on their own readings (before)")
-    parser.add_argument("--truth", choices=["first", "mean"], default="first",
-                        help="large: a configuration's truth, its reading in landscape_large.json (first) or the "
-                             "geometric mean of it and landscape_large_repeat.json's (mean)")
+    parser.add_argument("--truth", choices=["first", "mean", "refined"], default="first",
+                        help="large: a configuration's truth, its reading in landscape_large.json (first), the "
+                             "geometric mean of it and landscape_large_repeat.json's (mean), or that mean with the "
+                             "leaders at their paired ratios to the baseline (refined, landscape_large_refined.json)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     import optuna
@@ -287,7 +295,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings, results = (large if args.landscape == "large" else held_out)(args, Path(tmp))
     name = "drift_decisions" if args.landscape == "held-out" else "drift_decisions_large"
-    name += "_mean" if args.landscape == "large" and args.truth == "mean" else ""
+    name += f"_{args.truth}" if args.landscape == "large" and args.truth != "first" else ""
     write_json(args.out or default_out(name, args.quick), "drift_decisions", settings, results, machine_facts(),
                started)
 
