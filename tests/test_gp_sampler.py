@@ -521,3 +521,20 @@ def test_a_knob_the_queued_baseline_lacks_is_modelled_without_it() -> None:
     fitted = WithPartial(study, space=space).fitted()
     assert [t.number for t in fitted] == list(range(1, 9))  # the baseline left out of the fit, not the knob
     assert len(WithPartial(study).fitted()) == 9
+
+
+def test_a_failure_that_measured_nothing_is_fitted_at_the_worst_reading_pruned_ones_included() -> None:
+    # With the pruner most trials end pruned and the complete ones are the best few: a failure fitted at the worst
+    # complete value read as a fair configuration, and the GP went on proposing its neighbours.
+    study = optuna.create_study(direction="maximize")
+    _complete(study, 0, 300.0)
+    study.enqueue_trial({"x": 1})
+    pruned = study.ask({"x": optuna.distributions.IntDistribution(0, 5)})
+    pruned.report(40.0, 4)
+    pruned.set_user_attr("outcome", "pruned")
+    study.tell(pruned, state=TrialState.PRUNED)
+    _fail(study, 3, "timeout")  # measured nothing
+    seen = {t.number: t for t in WithPartial(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    assert seen[2].values == [40.0]
+    assert seen[2].constraints == {"diverged": 1.0, "memory": 1.0}
+

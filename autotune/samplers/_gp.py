@@ -80,8 +80,8 @@ class PartialGPSampler(OneThreadGPSampler):
     an earlier step a pessimistic one), and autotune scores pruned trials on it: the model sees it too.
 
     A trial that failed for a reason that recurs (crashed, timeout, hang: Optuna state FAIL) is fitted as
-    infeasible (every constraint +1) at its last reported value, or at the worst value measured when it
-    reported none; without that the model never sees it and proposes it again and again.
+    infeasible (every constraint +1) at its last reported value, or at the worst value measured (pruned trials'
+    included) when it reported none; without that the model never sees it and proposes it again and again.
 
     A noisy model's expected improvement is often highest at the incumbent itself, so GP search repeats
     its best configuration; re-measuring the best is the confirmation runs' job. When the model's choice

@@ -254,8 +254,15 @@ def _informative(trials: list[FrozenTrial], names: set[str]) -> set[str]:
 
 
 def _worst(study: optuna.Study, trials: list[FrozenTrial]) -> float | None:
-    """The worst objective value measured (complete trials), the value of a failure that measured nothing."""
+    """The worst objective value measured, the value of a failure that measured nothing: over complete trials and
+    pruned ones at their last reported value, as the GP fits them. With the pruner most trials end pruned; the
+    complete ones alone are the best few, and a failure fitted at the worst of them read as a fair configuration
+    (the large landscape: after three bf16 timeouts fitted at the baseline's speed, the best complete reading, the
+    GP proposed four more bf16 configurations, each of which timed out)."""
     values = [t.values[0] for t in trials if t.state == TrialState.COMPLETE and t.values and math.isfinite(t.values[0])]
+    values += [t.intermediate_values[t.last_step] for t in trials
+               if t.state == TrialState.PRUNED and t.last_step is not None
+               and math.isfinite(t.intermediate_values[t.last_step])]
     if not values:
         return None
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
