@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.compat import optuna_private
 from autotune.samplers._acquisition import all_discrete, coordinate_search, evaluate, grid_of
+from autotune.samplers._balanced import BalancedStart
 from autotune.samplers._gp_view import (
     ABSENT,
     DEFAULT_MINIMUM_NOISE_VAR,
@@ -60,8 +61,13 @@ def one_torch_thread() -> Iterator[None]:
 
 
 class OneThreadGPSampler(GPSampler):
-    """Optuna's GPSampler, its fit and search on one torch thread (:func:`one_torch_thread`): the
-    multi-objective default, and the base of :class:`PartialGPSampler`."""
+    """Optuna's GPSampler, its fit and search on one torch thread (:func:`one_torch_thread`), its start-up trials
+    spread over the space (:class:`~autotune.samplers._balanced.BalancedStart`, unless ``independent_sampler`` says
+    otherwise): the multi-objective default, and the base of :class:`PartialGPSampler`."""
+
+    def __init__(self, *, seed: int | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("independent_sampler", BalancedStart(seed))
+        super().__init__(seed=seed, **kwargs)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -85,8 +91,10 @@ class PartialGPSampler(OneThreadGPSampler):
 
     A noisy model's expected improvement is often highest at the incumbent itself, so GP search repeats
     its best configuration; re-measuring the best is the confirmation runs' job. When the model's choice
-    has been measured, is running or failed for good (and during the start-up trials), this trial draws
-    random points until one is new: one more point explored.
+    has been measured, is running or failed for good (and during the start-up trials), this trial takes the
+    next point of a spread design (:class:`~autotune.samplers._balanced.BalancedStart`: each knob's values in
+    turn, so four start-up trials hold both values of a two-valued knob twice), or random points until one is
+    new: one more point explored.
 
     On a space of discrete knobs (choices, integer ranges) of up to ``EXHAUSTIVE_POINTS`` points, the
     acquisition function is evaluated at every point, and the trial gets the best one not yet measured:
@@ -214,12 +222,12 @@ class PartialGPSampler(OneThreadGPSampler):
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution],
         others: list[FrozenTrial], tries: int = 200,
     ) -> dict[str, Any]:
-        """A random point none of ``others`` (:func:`others_of`) has measured, runs or failed at for good ({} when
-        none is found: the parameters are then sampled independently)."""
-        for _ in range(tries):
-            params = {
-                name: self._explore.sample_independent(study, trial, name, dist) for name, dist in search_space.items()
-            }
+        """A point none of ``others`` (:func:`others_of`) has measured, runs or failed at for good: the independent
+        sampler's (:class:`~autotune.samplers._balanced.BalancedStart`: the start-up trials spread over the space)
+        when it is new, else a random one ({} when none is found: the parameters are then sampled independently)."""
+        for attempt in range(tries):
+            explore = self._independent_sampler if attempt == 0 else self._explore  # the start's spread draw first
+            params = {name: explore.sample_independent(study, trial, name, dist) for name, dist in search_space.items()}
             if not measured(others, params):
                 return params
         return {}
