@@ -173,6 +173,7 @@ def main() -> None:
     machine = machine_facts()
     if args.configs_from:
         studies = json.loads(args.configs_from.read_text())["results"]["studies"][:runs_n]
+        runs_n = len(studies)  # the series it read may hold fewer runs than --runs
     else:
         studies = []
         for i in range(runs_n):
