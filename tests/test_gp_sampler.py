@@ -38,12 +38,12 @@ def test_defaults_are_gp_search_and_the_best_pruner(tmp_path: Path) -> None:
     assert isinstance(pruner, NoiseAwarePruner)
     assert pruner.percentile == 0.0
     assert pruner.n_startup_trials == 1  # the baseline
-    assert pruner.n_warmup_steps == 5  # judged from the first measured window (step 10)
+    assert (pruner.n_warmup_steps, pruner.min_windows) == (5, 2)  # judged from the second measured window on
     assert pruner.margin is None  # measured from the study's repeats (docs/pruning.md)
     assert pruner.current_margin([]) == 0.1  # until it has two
     median = make_pruner(_spec(tmp_path, pruner={"name": "median"}))
     assert isinstance(median, NoiseAwarePruner)
-    assert (median.percentile, median.n_startup_trials, median.n_warmup_steps) == (50.0, 3, 10)
+    assert (median.percentile, median.n_startup_trials, median.n_warmup_steps, median.min_windows) == (50.0, 3, 10, 2)
 
 
 def test_multi_objective_gp_is_optunas_own(tmp_path: Path) -> None:

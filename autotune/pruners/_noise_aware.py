@@ -30,10 +30,10 @@ class NoiseAwarePruner(BasePruner):
     compares the trial's value at a step with the ``percentile``-th best value of the complete trials at
     that step (their latest value at or before it, but never better than their last value: see :func:`_bar`)
     and prunes only when the trial is worse by more than
-    ``margin`` (relative). It never prunes before ``n_warmup_steps`` (strictly after) nor before
-    ``n_startup_trials`` complete trials can be compared. Only feasible trials that ran to their end are
-    compared with (:func:`~autotune.objectives.is_reference`): an oom or diverged trial, told COMPLETE
-    with its partial values, never sets the bar.
+    ``margin`` (relative). It never prunes before ``n_warmup_steps`` (strictly after), before the trial has
+    reported ``min_windows`` windows, nor before ``n_startup_trials`` complete trials can be compared. Only
+    feasible trials that ran to their end are compared with (:func:`~autotune.objectives.is_reference`): an oom
+    or diverged trial, told COMPLETE with its partial values, never sets the bar.
 
     ``percentile=0`` compares with the best complete trial: a trial is stopped as soon as it is clearly
     worse than the configuration it would have to beat to be chosen.
@@ -63,6 +63,7 @@ class NoiseAwarePruner(BasePruner):
         *,
         n_startup_trials: int = 3,
         n_warmup_steps: int = 0,
+        min_windows: int = 1,
         margin: float | None = 0.1,
         spread_attr: str | None = "throughput_spread",
         metric_attr: str = "throughput_samples_s",
@@ -74,13 +75,14 @@ class NoiseAwarePruner(BasePruner):
         self.percentile = percentile
         self.n_startup_trials = n_startup_trials
         self.n_warmup_steps = n_warmup_steps
+        self.min_windows = min_windows
         self.margin = margin
         self.spread_attr = spread_attr
         self.metric_attr = metric_attr
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
-        if step is None or step <= self.n_warmup_steps:
+        if step is None or step <= self.n_warmup_steps or len(trial.intermediate_values) < self.min_windows:
             return False
         value = trial.intermediate_values[step]
         if math.isnan(value):

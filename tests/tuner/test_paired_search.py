@@ -166,11 +166,11 @@ def test_the_replayed_drift_prunes_the_true_best_unpaired_and_the_paired_search_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # benchmarks/drift_decisions.py at the study file's defaults, one 40 s wave of ±12%, pruning window by window:
-    # in seed 0 (and 4, which the benchmark reports) the unpaired search pruned the true best against a configuration
-    # read in a fast phase and chose one 4-8% slower (the failure); paired, the true best runs to its end,
-    # races, and is chosen. One seed here: the suite's time.
+    # in seed 4 (and 0, while a trial was judged on its first window) the unpaired search pruned the true best
+    # against a configuration read in a fast phase and chose one 4% slower (the failure); paired, the true
+    # best runs to its end, races, and is chosen. One seed here: the suite's time.
     bench = _drift_benchmark(monkeypatch)
-    for seed in (0,):
+    for seed in (4,):
         before = bench.one(seed, "wave", tmp_path / f"unpaired-{seed}", None, paired=False)
         assert before["best_sampled"] == ["pruned"] and before["of_best"] < 0.97
         after = bench.one(seed, "wave", tmp_path / f"paired-{seed}", None, paired=True)
