@@ -67,8 +67,7 @@ class Landscape:
                 failed = record if record["outcome"] != "complete" or not record["throughput_samples_s"] else second
                 mean["outcome"], mean["throughput_samples_s"] = failed["outcome"], None
             records[key] = mean
-        values = [r["throughput_samples_s"] for r in records.values() if r["outcome"] == "complete"]
-        return Landscape(self.path, records, self.settings, self.machine, max(values))
+        return self._with(records)
 
     def refined(self, path: Path) -> Landscape:
         """This grid with its leaders at the ratios ``landscape_refine.py`` measured (``path``), every other
@@ -88,6 +87,10 @@ class Landscape:
         records = dict(self.records)
         for key, ratio in leaders:
             records[key] = {**records[key], "throughput_samples_s": ratio * scale}
+        return self._with(records)
+
+    def _with(self, records: dict[str, dict[str, Any]]) -> Landscape:
+        """This recording with other values for its configurations (a truth derived from it)."""
         values = [r["throughput_samples_s"] for r in records.values() if r["outcome"] == "complete"]
         return Landscape(self.path, records, self.settings, self.machine, max(values))
 

@@ -53,6 +53,16 @@ def leaders(landscape: Landscape, within: float) -> list[dict[str, Any]]:
     return sorted(near, key=lambda r: -r["throughput_samples_s"])
 
 
+def baseline_of(landscape: Landscape) -> dict[str, Any]:
+    """The landscape's record of the baseline: its space's default configuration, as a study runs it first."""
+    from landscape import study_space
+
+    from autotune.objectives import config_key
+
+    default = study_space(landscape.settings["grid"], landscape.settings["limits"]).default_config()
+    return landscape.by_config()[config_key(default.model_dump())]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--landscape", type=Path, default=HERE / "landscape_large.json")
@@ -70,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     warn_if_busy(machine)
     mean = Landscape.load(args.landscape).geometric_mean(Landscape.load(args.repeat))
     chosen = leaders(mean, args.within)[: 2 if args.quick else None]
-    baseline = next(r for r in mean.records.values() if _is_default(r))
+    baseline = baseline_of(mean)
     limits = {"warmup_steps": 4, "max_steps": steps, "report_every": 4, "max_seconds": 20 + steps}
     console.print(f"refining {len(chosen)} configurations within {pct(args.within)} of the best "
                   f"({mean.best:,.0f} samples/s by the recordings' geometric mean) beside the baseline "
@@ -123,13 +133,6 @@ def main(argv: list[str] | None = None) -> None:
                {"configs": refined, "within_95_of_refined_best": sum((r["ratio"] or 0) >= 0.95 * top for r in refined),
                 "within_90_of_refined_best": sum((r["ratio"] or 0) >= 0.9 * top for r in refined)},
                machine, started)
-
-
-def _is_default(record: dict[str, Any]) -> bool:
-    """The baseline: the default configuration (one rank, batch 64, no workers, fp32, threads auto)."""
-    knobs = record["knobs"]
-    return bool(knobs.get("threads_per_rank") == "auto" and knobs.get("batch_size") == 64
-                and knobs.get("world_size") == 1 and knobs.get("num_workers") == 0 and knobs.get("amp") == "off")
 
 
 if __name__ == "__main__":

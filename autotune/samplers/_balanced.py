@@ -32,8 +32,9 @@ class BalancedStart(BaseSampler):
     spread a batch size's five choices over four of them.
 
     Random draws do not: four of them are all bf16 one time in eight, and the GP that starts from them learns
-    nothing about fp32. On the large landscape (benchmarks/landscape_large.json) two studies of twenty started on
-    four bf16 trials (on a CPU where bf16 is 3-10x slower) and spent 6-11 of their 18 trials on bf16."""
+    nothing about fp32. On the large landscape under drift (benchmarks/drift_decisions.py --landscape large, on a
+    CPU where bf16 is 0.1-0.25x fp32) 5 and 8 studies of 20 spent five or more of their 18 trials on bf16 after
+    random start-ups, 1 and 1 after this one (benchmarks/README.md, section 11)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self._seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
