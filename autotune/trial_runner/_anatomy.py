@@ -189,7 +189,13 @@ class StepLaps:
         if self.pipeline is not None:  # what the stages did not compute of the schedule's time: the bubble
             computing = self.pipeline.take()
             totals[BUBBLE] = max(0.0, totals[FORWARD_BACKWARD] - totals[SYNC] - computing) if self.on else 0.0
-        totals[FORWARD_BACKWARD] = max(0.0, totals[FORWARD_BACKWARD] - totals[SYNC] - totals[BUBBLE] - totals[TP_COMM])
+        # Each part is taken out of what the forward/backward laps leave, never more: a busy machine can stretch a
+        # tp collective's lap past the stages' timed chunks, and the parts must not add up to more than the laps.
+        left = totals[FORWARD_BACKWARD]
+        for part in (SYNC, BUBBLE, TP_COMM):
+            totals[part] = min(totals[part], left)
+            left -= totals[part]
+        totals[FORWARD_BACKWARD] = left
         return totals
 
 

@@ -110,7 +110,7 @@ def _parts_add_up(trial_dir: Path) -> None:
         anatomy, step_s = window["step_anatomy"], 16 / window["window_throughput_samples_s"]
         timed = sum(anatomy[k] or 0.0 for k in ("data_wait_s", "forward_backward_s", "sync_exposed_s", "optimizer_s",
                                                 "pipeline_bubble_s", "tp_comm_exposed_s"))
-        assert timed <= step_s * 1.01 + 1e-4
+        assert timed <= step_s + 1e-6  # the laps lie inside the window, each part taken out of them once
         assert timed + anatomy["other_s"] == pytest.approx(step_s, rel=1e-3, abs=1e-5)
 
 
