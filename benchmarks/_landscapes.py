@@ -1,6 +1,7 @@
 """Recorded landscapes (benchmarks/landscape.py's JSON) and the studies replayed on them: what the
-search-efficiency, warm-start and memory-prediction benchmarks share; and the recording of one (measure_once, used by
-landscape.py and global_batch_landscape.py)."""
+search-efficiency, warm-start and memory-prediction benchmarks share; the recording of one (measure_once, used by
+landscape.py and global_batch_landscape.py); and a grid's search space as the tuner builds it (study_space, used by
+landscape.py and landscape_refine.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,23 @@ from _common import (
     WorkloadRef,
     console,
     knobs_label,
+    make_spec,
     read_json,
     seeded_shuffle,
+    space_of_grid,
     stage,
     study_document,
 )
 
 LEVEL = 0.95  # "near-best": within 95% of the grid's best throughput
+
+
+def study_space(grid: dict[str, list[Any]], limits: dict[str, Any]) -> Any:
+    """The SearchSpace of the grid, built the way the tuner builds it (so configuration keys match)."""
+    from autotune.search_space import study_space as space_of_spec
+
+    document = study_document("landscape", MLP, space_of_grid(grid), limits)
+    return space_of_spec(make_spec(document))
 
 
 @dataclass

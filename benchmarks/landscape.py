@@ -29,15 +29,13 @@ from _common import (
     grid_configs,
     machine_caption,
     machine_facts,
-    make_spec,
     pct,
     print_table,
     space_of_grid,
-    study_document,
     warn_if_busy,
     write_json,
 )
-from _landscapes import measure_once
+from _landscapes import measure_once, study_space
 
 LIMITS = {"warmup_steps": 5, "max_steps": 50, "report_every": 5, "max_seconds": 120}  # the quickstart's trial
 LIMITS_QUICK = {"warmup_steps": 2, "max_steps": 12, "report_every": 2, "max_seconds": 60}
@@ -62,14 +60,6 @@ MLP_GRID_LARGE_QUICK: dict[str, list[Any]] = {
 #: 10-33x slower than fp32 on this AVX2-only CPU (half the grid); over the cap a trial is a timeout, as it
 #: would be in a study with that ``max_seconds``.
 LIMITS_LARGE = {"warmup_steps": 4, "max_steps": 20, "report_every": 4, "max_seconds": 12}
-
-
-def study_space(grid: dict[str, list[Any]], limits: dict[str, Any]) -> Any:
-    """The SearchSpace of the grid, built the way the tuner builds it (so configuration keys match)."""
-    from autotune.search_space import study_space as space_of_spec
-
-    document = study_document("landscape", MLP, space_of_grid(grid), limits)
-    return space_of_spec(make_spec(document))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,7 @@ The result (landscape_large_refined.json) gives each refined configuration its r
 spread over rounds; ``drift_decisions.py --landscape large --truth refined`` reads the grid at the two
 recordings' geometric mean, the refined configurations at their ratio times the baseline's geometric mean.
 
-    python benchmarks/landscape_refine.py                       # ~20 min on 2 cores, quiet machine
+    python benchmarks/landscape_refine.py --within 0.65 --rounds 6   # landscape_large_refined.json: ~26 min
     python benchmarks/landscape_refine.py --quick               # smoke run: 2 configurations, 1 round, short trials
 """
 
@@ -43,7 +43,7 @@ from _common import (
     warn_if_busy,
     write_json,
 )
-from _landscapes import Landscape
+from _landscapes import Landscape, study_space
 
 
 def leaders(landscape: Landscape, within: float) -> list[dict[str, Any]]:
@@ -55,8 +55,6 @@ def leaders(landscape: Landscape, within: float) -> list[dict[str, Any]]:
 
 def baseline_of(landscape: Landscape) -> dict[str, Any]:
     """The landscape's record of the baseline: its space's default configuration, as a study runs it first."""
-    from landscape import study_space
-
     from autotune.objectives import config_key
 
     default = study_space(landscape.settings["grid"], landscape.settings["limits"]).default_config()
