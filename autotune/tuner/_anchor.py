@@ -95,6 +95,11 @@ class Anchor:
     def pairs(self) -> bool:
         return self._open is not None and self.failed is None
 
+    @property
+    def unstarted(self) -> bool:
+        """Whether the next search trial's :meth:`before` starts the anchor (a launch and a warm-up: seconds)."""
+        return self.pairs and self._entrant is None
+
     def before(self, study: optuna.Study, role: str) -> dict[str, Any]:
         """The attributes a trial is launched with: for a search trial, the anchor's latest block and its noise
         (the anchor is started first when it has not been)."""

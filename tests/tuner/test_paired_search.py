@@ -218,3 +218,41 @@ def test_an_anchor_block_far_below_the_last_ones_is_read_again(tmp_path: Path) -
     anchor._entrant = Entrant()  # type: ignore[assignment]
     assert [anchor._read() for _ in range(4)] == [1000.0, 990.0, 1010.0, 720.0]
     assert anchor.readings == [1000.0, 990.0, 1010.0, 720.0] and anchor.disturbed == 2
+
+
+
+def test_while_the_anchor_starts_its_trial_is_this_runs_so_a_second_run_names_it_and_leaves_it_be(
+    tmp_path: Path,
+) -> None:
+    # The anchor starts as the first search trial is configured (a launch and a warm-up: seconds, 30 and more on a
+    # slow workload or a loaded machine). A second run that opened the study then found a running trial on no run's
+    # record: it named no run at work (CI: a second run started on a loaded machine waited for that line for good),
+    # and past the grace period it would have failed the trial as one whose tuner died before recording itself.
+    from autotune.tuner import Measured, NoLaunch, Tuner
+    from autotune.tuner._recovery import others_at_work
+    from autotune.tuner._replay import ReplayEntrant, ReplayRunner
+
+    opened: list[optuna.Study] = []
+    seen: dict[str, Any] = {}
+
+    class Watched(ReplayEntrant):
+        def start(self, timeout_s: float) -> None:  # the anchor's start (the race's entrants start later)
+            if not seen:  # what another run opening the study reads now
+                (running,) = opened[0].get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                seen["worker"] = running.user_attrs.get("worker")
+                seen["others"] = others_at_work(opened[0], {"host": "elsewhere", "pid": 1})
+            super().start(timeout_s)
+
+    class Runner(ReplayRunner):
+        def paced(self, plan: Any, trial_dir: Path) -> ReplayEntrant:
+            return Watched(self.landscape, plan, trial_dir, self.seen, self.machine)
+
+    sd = make_study(tmp_path / "starting", "starting", search_space={"batch_size": {"choices": [16, 32, 64]}},
+                    sampler={"name": "grid"})
+    tuner = Tuner(load_spec(str(sd.file)), launcher=NoLaunch(),
+                  run_trial=Runner(lambda config, repeat: Measured(100.0 * config.batch_size)))
+    open_study = tuner.open
+    tuner.open = lambda: opened.append(open_study()) or opened[0]  # type: ignore[method-assign]
+    tuner.run(n_trials=2)
+    assert seen["worker"] == tuner.identity  # recover() leaves a live run's trial be
+    assert len(seen["others"]) == 1 and f"pid {tuner.identity['pid']} " in seen["others"][0]
