@@ -95,6 +95,7 @@ def test_concurrent_workers_share_one_sqlite_study(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # its own waits (120 s, then 60) say what they waited for; pytest's 120 s would not
 def test_a_second_run_on_a_running_sqlite_study_names_the_first_and_shares_its_budget(
     make_study: Callable[..., StudyDir], started: float, tmp_path: Path
 ) -> None:
