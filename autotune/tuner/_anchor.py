@@ -95,17 +95,16 @@ class Anchor:
     def pairs(self) -> bool:
         return self._open is not None and self.failed is None
 
-    @property
-    def unstarted(self) -> bool:
-        """Whether the next search trial's :meth:`before` starts the anchor (a launch and a warm-up: seconds)."""
-        return self.pairs and self._entrant is None
-
-    def before(self, study: optuna.Study, role: str) -> dict[str, Any]:
+    def before(self, study: optuna.Study, role: str, starting: Callable[[], None] | None = None) -> dict[str, Any]:
         """The attributes a trial is launched with: for a search trial, the anchor's latest block and its noise
-        (the anchor is started first when it has not been)."""
+        (the anchor is started first when it has not been, after ``starting``: the start takes seconds of the
+        trial's time, in which the trial must already be its run's for another run that opens the study, to name
+        that run at work and not take the trial for one whose tuner died before recording itself on it)."""
         if role != ROLE_SEARCH or not self.pairs:
             return {}
         if self._entrant is None:
+            if starting is not None:
+                starting()
             self._start(study)
         if not self.readings or not self.pairs:
             return {}

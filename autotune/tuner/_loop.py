@@ -293,13 +293,9 @@ class Tuner:
                 sampler = self._sampler_of(study, trial.number)
         key = config_key(config.model_dump())
         prediction = predict_memory(self.spec, study, config.model_dump())
-        if role == ROLE_SEARCH and self._anchor.unstarted:
-            # The anchor starts on this trial's time (seconds, more on a slow workload or a loaded machine): the trial
-            # is recorded as this run's first, so that a run opening the study meanwhile names this one at work and
-            # never takes the trial for one whose tuner died before recording itself on it.
-            set_user_attrs(trial, {"worker": self.identity})
         attrs = {"role": role, "config": config.model_dump(), "config_key": key, "worker": self.identity,
-                 **prediction_attrs(prediction), **self._anchor.before(study, role)}
+                 **prediction_attrs(prediction)}
+        attrs |= self._anchor.before(study, role, starting=lambda: set_user_attrs(trial, {"worker": self.identity}))
         with traced("config_attrs", trial=trial.number):
             set_user_attrs(trial, attrs if sampler is None else {**attrs, "sampler": sampler})
         return config, prediction
